@@ -1,0 +1,3 @@
+from scalerl.cli import main
+
+main()

@@ -1,0 +1,282 @@
+"""One typed config tree for a run. Presets (``configs/*.yaml``) are data over this tree.
+
+Defaults are the ScaleRL recipe (paper §3.10) at a size that runs on a laptop CPU with the built-in task:
+CISPO loss, prompt-level aggregation, batch-level advantage normalisation, zero-variance filtering,
+No-Positive-Resampling, interruption length control, FP32 LM head, PipelineRL-8.
+
+Algorithm choices are *names* looked up in registries (``scalerl.algo``) plus a ``params`` mapping handed to
+the registered implementation, whose own signature holds the defaults. The trainer never sees a recipe name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from scalerl.errors import UserError
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Named(Strict):
+    """A registry entry: ``name`` picks the implementation, ``params`` are its keyword arguments."""
+
+    name: str
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelConfig(Strict):
+    name: str = "tiny"  # "tiny" (built-in transformer) | "smollm2-135m" | a local Hugging Face model folder
+    d_model: int = Field(128, ge=8)
+    n_layers: int = Field(4, ge=1)
+    n_heads: int = Field(4, ge=1)
+    max_seq_len: int = Field(160, ge=16)
+    dtype: Literal["float32", "bfloat16"] = "float32"
+
+
+class WarmupConfig(Strict):
+    """Short supervised phase so that RL starts as from a base model: low but non-zero pass rate (cached on disk)."""
+
+    steps: int = Field(150, ge=0)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(2e-3, gt=0)
+    cache: bool = True
+
+
+class TaskConfig(Strict):
+    name: str = "arithmetic"
+    seed: int = 0
+    n_train: int = Field(4000, ge=1)
+    n_val: int = Field(256, ge=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class LossConfig(Named):
+    name: str = "cispo"
+
+
+class AdvantageConfig(Strict):
+    norm: str = "batch"  # batch | prompt | none  (§3.5)
+    eps: float = Field(1e-6, gt=0)
+
+
+class CurriculumConfig(Named):
+    name: str = "npr"  # npr | uniform  (§3.7)
+
+
+class LengthConfig(Named):
+    name: str = "interruption"  # interruption | length_penalty | none  (§3.8)
+
+
+class AlgoConfig(Strict):
+    loss: LossConfig = Field(default_factory=LossConfig)
+    aggregation: str = "prompt"  # prompt | sample | token  (§3.4)
+    advantages: AdvantageConfig = Field(default_factory=AdvantageConfig)
+    zero_variance_filter: bool = True  # §3.6
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    length: LengthConfig = Field(default_factory=LengthConfig)
+    fp32_head: bool = True  # §3.3, on generator and trainer alike
+
+
+class ScheduleConfig(Strict):
+    name: str = "pipeline_rl"  # pipeline_rl | ppo_off_policy  (§3.1)
+    k: int = Field(8, ge=1)
+
+
+class BatchConfig(Strict):
+    prompts: int = Field(16, ge=1)
+    generations: int = Field(8, ge=2)
+
+
+class OptimConfig(Strict):
+    lr: float = Field(3e-4, gt=0)
+    warmup_steps: int = Field(5, ge=0)
+    weight_decay: float = Field(0.01, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = Field(1e-8, gt=0)
+    grad_clip: float = Field(1.0, gt=0)
+    bf16_autocast: bool = False
+
+
+class RewardConfig(Strict):
+    correct: float = 1.0  # the paper's ±1 reward (A.3)
+    incorrect: float = -1.0
+
+
+class EvalConfig(Strict):
+    every: int = Field(10, ge=1)
+    n_samples: int = Field(4, ge=1)  # mean@n
+    n_prompts: int | None = Field(None, ge=1)  # None: the whole validation split
+
+
+class ForecastConfig(Strict):
+    min_points: int = Field(6, ge=4)
+    fit_from: float | None = None
+
+
+class RunConfig(Strict):
+    name: str = "scalerl"
+    seed: int = 0
+    steps: int = Field(200, ge=1)
+    max_minutes: float | None = Field(None, gt=0)
+    backend: Literal["local", "inline", "ray"] = "local"
+    devices: int | None = Field(None, ge=1)  # for compute/device_hours; default: processes in use
+    checkpoint_every: int = Field(10, ge=1)
+    tensorboard: bool = True
+    threads: int | None = Field(None, ge=1)  # torch threads per process; default: cores / processes
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    warmup: WarmupConfig = Field(default_factory=WarmupConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    algo: AlgoConfig = Field(default_factory=AlgoConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
+    batch: BatchConfig = Field(default_factory=BatchConfig)
+    optim: OptimConfig = Field(default_factory=OptimConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    forecast: ForecastConfig = Field(default_factory=ForecastConfig)
+
+    @model_validator(mode="after")
+    def _names_exist(self) -> "RunConfig":
+        check_names(self)
+        return self
+
+
+def check_names(cfg: RunConfig) -> None:
+    """Every name in the algorithm section must be registered, and its params must fit the entry."""
+    from scalerl import algo  # imported here: registries pull in torch
+
+    algo.validate(cfg.algo)
+    from scalerl.pipeline.schedules import SCHEDULES
+
+    SCHEDULES.get(cfg.schedule.name, "schedule.name")
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+
+def _format_validation_error(exc: ValidationError, source: str) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    msg = err["msg"]
+    if err["type"] == "extra_forbidden":
+        msg = "unknown field"
+    # errors raised in our validators carry their own field name already
+    msg = msg.removeprefix("Value error, ")
+    return f"invalid config ({source}): {loc}: {msg}"
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "params":
+            out[key] = _deep_merge(out[key], value)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = {**out[key], **value}
+        else:
+            out[key] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"config file {path} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise UserError(f"config file {path} must hold a mapping of fields, not {type(data).__name__}")
+    return data
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
+
+
+def preset_dict(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's fields, with its ``base:`` chain resolved (a preset may build on another)."""
+    path = CONFIG_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(preset_names())}")
+    if name in _seen:
+        raise UserError(f"preset {name!r} has a cycle in its base chain: {' -> '.join(_seen + (name,))}")
+    data = _read_yaml(path)
+    base = data.pop("base", None)
+    data.pop("description", None)
+    if base:
+        return _deep_merge(preset_dict(base, _seen + (name,)), data)
+    return data
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise UserError(f"--set {item!r}: expected key=value, e.g. --set algo.loss.name=dapo")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise UserError(f"--set {item!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    data = _deep_merge({}, data)
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for part in path[:-1]:
+            nxt = node.get(part)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                node[part] = nxt
+            node = nxt
+        node[path[-1]] = value
+    return data
+
+
+def build_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise UserError(_format_validation_error(exc, source)) from None
+
+
+def load_config(
+    preset: str | None = None, config_file: str | Path | None = None, overrides: list[str] | None = None
+) -> RunConfig:
+    """preset (default ``scalerl``) <- config file <- ``--set`` overrides, validated into a RunConfig."""
+    data: dict[str, Any] = preset_dict(preset or "scalerl")
+    sources = [f"preset {preset or 'scalerl'}"]
+    if config_file is not None:
+        file_data = _read_yaml(Path(config_file))
+        base = file_data.pop("base", None)
+        file_data.pop("description", None)
+        if base:
+            data = preset_dict(base)
+        data = _deep_merge(data, file_data)
+        sources.append(str(config_file))
+    if overrides:
+        data = apply_overrides(data, overrides)
+        sources.append("--set")
+    return build_config(data, " + ".join(sources))
+
+
+def to_yaml(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def config_from_run_dir(run_dir: str | Path) -> RunConfig:
+    path = Path(run_dir) / "config.yaml"
+    return build_config(_read_yaml(path), str(path))

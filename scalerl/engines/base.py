@@ -1,0 +1,55 @@
+"""What a generation engine does (design.md, engines/).
+
+An engine samples ``n`` completions per prompt at temperature 1, records for every completion token the
+generator's log-probability (from the FP32 head when on, §3.3) and the policy version it was sampled under,
+applies interruptions (§3.8), and can take new weights *between decode steps* while sequences are
+mid-generation, keeping its KV cache (in-flight weight updates, PipelineRL §3.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+import torch
+
+# Returns (version, state_dict) when weights newer than ``current_version`` are available, else None.
+# Polled by the engine between decode steps when in-flight updates are on.
+WeightSource = Callable[[int], "tuple[int, Mapping[str, torch.Tensor]] | None"]
+
+
+@dataclass
+class Sample:
+    """One completion of one prompt."""
+
+    prompt_tokens: list[int]
+    tokens: list[int] = field(default_factory=list)  # completion tokens: sampled and forced
+    logprobs: list[float] = field(default_factory=list)  # generator log-prob per token; 0.0 for forced tokens
+    versions: list[int] = field(default_factory=list)  # policy version per token
+    forced: list[bool] = field(default_factory=list)  # True for interruption-phrase tokens (zero loss weight)
+    finished: bool = False  # ended with EOS
+    truncated: bool = False  # hit the hard token cap without EOS
+    interrupted: bool = False  # the thinking budget ran out and the phrase was forced
+    think_budget: int | None = None  # the budget drawn for this sequence (None: no interruption)
+    text: str = ""  # decoded completion (filled by the engine)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    version: int  # policy version of the weights in use now
+
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        length: Any,
+        seed: int,
+        weight_source: WeightSource | None = None,
+    ) -> list[list[Sample]]:
+        """``n`` samples for each prompt (outer list: prompts, inner: samples).
+
+        ``length`` is a length-control object from ``scalerl.algo.length_control``. ``seed`` makes the
+        sampling reproducible. With ``weight_source``, new weights are loaded between decode steps."""
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Replace the weights now (between batches) and set the policy version."""

@@ -1,0 +1,48 @@
+"""Name -> implementation registries. Losses, aggregations, advantage normalisations, curricula and length
+controls are looked up here by the name the config gives, so the trainer never branches on an algorithm's
+name and an ablation is a config change.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+from scalerl.errors import UserError
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named collection. ``@REG.register("name")`` adds an entry; ``REG.get(name)`` finds it or raises a
+    one-line UserError that lists the names there are."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._items: dict[str, T] = {}
+
+    def register(self, name: str) -> Callable[[T], T]:
+        def deco(obj: T) -> T:
+            if name in self._items:
+                raise ValueError(f"{self.kind} {name!r} registered twice")
+            self._items[name] = obj
+            return obj
+
+        return deco
+
+    def get(self, name: str, field: str | None = None) -> T:
+        try:
+            return self._items[name]
+        except KeyError:
+            where = f"{field}: " if field else ""
+            raise UserError(
+                f"{where}unknown {self.kind} {name!r}; choose one of: {', '.join(sorted(self._items))}"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
