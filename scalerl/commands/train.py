@@ -1,0 +1,67 @@
+"""``scalerl train`` and ``scalerl demo``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+DEMO_OUT = "runs/demo"
+
+
+def print_summary(out: Path, summary: dict) -> None:
+    """The run's outcome on stdout: where the files are and the fitted forecast."""
+    from rich.console import Console
+
+    console = Console()
+    fit = summary.get("fit")
+    console.print(f"run directory: {out}")
+    if fit is None:
+        console.print(f"no forecast: {summary.get('points', 0)} evaluation points are too few to fit the curve")
+        return
+    lo, hi = fit["A_ci"]
+    console.print(
+        f"forecast: asymptote A = {fit['A']:.3f} (95% CI {lo:.3f}-{hi:.3f}), B = {fit['B']:.2f}, "
+        f"Cmid = {fit['Cmid']:.4g} {fit['x']}, R0 = {fit['R0']:.3f}"
+        + ("" if fit.get("identified", True) else "  [yellow](not identified: the run has not passed Cmid)[/yellow]")
+    )
+    console.print(f"wrote {out / 'fit.json'} and {out / 'curve.png'}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def train(
+        out: Path = typer.Option(..., "--out", help="Run directory (config.yaml, metrics.jsonl, checkpoints/, ...)."),
+        preset: Optional[str] = typer.Option(None, "--preset", help="Preset name (see `scalerl presets`); default scalerl."),
+        config: Optional[Path] = typer.Option(None, "--config", help="YAML file with fields over the preset."),
+        set_: List[str] = typer.Option([], "--set", help="Override a field: --set algo.loss.name=dapo (repeatable)."),
+        resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    ) -> None:
+        """Train with the ScaleRL recipe (or any preset / ablation) and forecast where the run will end."""
+        from scalerl.config import load_config
+        from scalerl.pipeline.runner import train as run_train
+
+        cfg = load_config(preset, config, set_)
+        summary = run_train(cfg, out, resume=resume, show_progress=not quiet)
+        print_summary(out, summary)
+
+    @app.command()
+    def demo(
+        out: Path = typer.Option(Path(DEMO_OUT), "--out", help="Run directory."),
+        minutes: float = typer.Option(7.0, "--minutes", help="Wall-clock budget for the RL phase."),
+        set_: List[str] = typer.Option([], "--set", help="Override a field of the default config."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    ) -> None:
+        """The default ScaleRL run on the built-in task: warm-up, RL with live forecast, then fit.json + curve.png."""
+        import shutil
+
+        from scalerl.config import load_config
+        from scalerl.pipeline.runner import train as run_train
+
+        cfg = load_config("scalerl", None, [f"max_minutes={minutes}", "steps=100000", *set_])
+        if out == Path(DEMO_OUT) and out.exists():
+            shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted
+        summary = run_train(cfg, out, resume=False, show_progress=not quiet)
+        print_summary(out, summary)

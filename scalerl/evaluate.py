@@ -1,0 +1,43 @@
+"""Held-out evaluation: mean@n pass rate on the validation split (§2: the paper uses mean@16 on 1,000
+held-out prompts every 100 steps). Every validation prompt is sampled ``n`` times at temperature 1 with the
+run's length control, and the pass rate is the mean over all samples."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from scalerl.models.base import Tokenizer
+from scalerl.pipeline.generator import encode_prompt
+from scalerl.tasks.base import Problem, Task
+
+
+@torch.no_grad()
+def evaluate(
+    engine: Any,
+    tokenizer: Tokenizer,
+    task: Task,
+    problems: Sequence[Problem],
+    n_samples: int,
+    length: Any,
+    seed: int,
+    chunk: int = 256,
+) -> dict[str, float]:
+    correct = total = 0
+    truncated = 0
+    per_chunk = max(1, chunk // n_samples)
+    for start in range(0, len(problems), per_chunk):
+        part = problems[start : start + per_chunk]
+        prompts = [encode_prompt(tokenizer, p.prompt) for p in part]
+        samples = engine.generate(prompts, n=n_samples, length=length, seed=seed + start)
+        for p, group in zip(part, samples):
+            for s in group:
+                correct += bool(task.grade(p, s.text))
+                truncated += bool(s.truncated)
+                total += 1
+    return {
+        "val/pass_rate": correct / max(total, 1),
+        "val/truncation_rate": truncated / max(total, 1),
+        "val/n": float(total),
+    }

@@ -1,0 +1,31 @@
+"""Model kinds by name (``model.name`` in the config): the built-in tiny transformer, Hugging Face models.
+
+A factory takes the model config and a seed and returns a ``ModelBundle``: the policy module the trainer
+optimises, its tokenizer, and how to build a generation engine around a copy of it. The trainer and the
+pipeline only see the bundle, never the kind.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from scalerl.models.base import Tokenizer
+from scalerl.registry import Registry
+
+
+@dataclass
+class ModelBundle:
+    # forward(input_ids [N, T] long, attention_mask [N, T] bool | None) -> logits [N, T, V]
+    # (the FP32-head utility decides the logits' dtype; see scalerl/models/fp32_head.py)
+    model: torch.nn.Module
+    tokenizer: Tokenizer
+    # make_engine(model, tokenizer, fp32_head: bool) -> an object satisfying scalerl.engines.base.Engine
+    make_engine: Callable[..., Any]
+    # shape facts for compute accounting: n_params, n_layers, d_model, vocab_size
+    spec: dict[str, int] = field(default_factory=dict)
+
+
+MODELS: Registry[Callable[..., ModelBundle]] = Registry("model")

@@ -1,0 +1,134 @@
+"""Where the generator runs. Both backends take the same requests and hand back batches in order; the
+schedule (``pipeline/schedules.py``) says when each batch may start and whether weights load in flight.
+
+* ``InlineBackend``: generator and trainer take turns in one process (one device). When batch ``s`` is
+  needed it generates, with the newest weights, every pending batch that may start at the same version:
+  the whole group of ``k`` under PPO-off-policy-k, just batch ``s`` under PipelineRL.
+* ``ProcessBackend``: the generator runs concurrently in a child process (its own core), takes weights from
+  shared memory between decode steps (PipelineRL) or between groups (PPO-off-policy), and streams batches
+  back. This is PipelineRL proper: generation never waits for the optimizer step.
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+import traceback
+from collections import OrderedDict
+from dataclasses import asdict
+from typing import Any
+
+import torch
+
+from scalerl.config import RunConfig
+from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.pipeline.generator import GeneratorWorker
+from scalerl.pipeline.schedules import Schedule
+from scalerl.pipeline.weights import WeightChannel
+
+
+class InlineBackend:
+    devices = 1
+
+    def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, task: Any = None) -> None:
+        self.schedule = schedule
+        self.channel = channel
+        self.worker = GeneratorWorker(cfg, task=task)
+        self.pending: "OrderedDict[int, Request]" = OrderedDict()
+        self.ready: dict[int, RolloutBatch] = {}
+
+    def submit(self, request: Request) -> None:
+        self.pending[request.index] = request
+
+    def put_ready(self, batch: RolloutBatch) -> None:
+        self.ready[batch.index] = batch
+
+    def ready_batches(self) -> list[RolloutBatch]:
+        return [self.ready[i] for i in sorted(self.ready)]
+
+    def next_batch(self, index: int) -> RolloutBatch:
+        if index not in self.ready:
+            version, weights = self.channel.snapshot()
+            if version != self.worker.version:
+                self.worker.load(version, weights)
+            limit = self.schedule.min_version(index)
+            for b in [b for b in self.pending if self.schedule.min_version(b) <= limit]:
+                self.ready[b] = self.worker.generate(self.pending.pop(b))
+        return self.ready.pop(index)
+
+    def close(self) -> None:
+        pass
+
+
+def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, requests: Any, results: Any, threads: int) -> None:
+    torch.set_num_threads(threads)
+    try:
+        worker = GeneratorWorker(RunConfig.model_validate(cfg_data))
+        while True:
+            item = requests.get()
+            if item is None:
+                break
+            request = Request(**item)
+            while channel.version() < schedule.min_version(request.index):
+                time.sleep(0.001)
+            version, weights = channel.snapshot()
+            if version != worker.version:
+                worker.load(version, weights)
+            source = channel.poll if schedule.inflight else None
+            results.put(worker.generate(request, weight_source=source).to_payload())
+    except BaseException:  # report to the trainer process instead of dying silently
+        results.put({"error": traceback.format_exc()})
+
+
+class ProcessBackend:
+    devices = 2
+
+    def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, ctx: Any, threads: int = 1) -> None:
+        self.requests = ctx.Queue()
+        self.results = ctx.Queue()
+        self.ready: dict[int, RolloutBatch] = {}
+        self.proc = ctx.Process(
+            target=_generator_main,
+            args=(cfg.model_dump(mode="json"), channel, schedule, self.requests, self.results, threads),
+            daemon=True,
+            name="scalerl-generator",
+        )
+        self.proc.start()
+
+    def submit(self, request: Request) -> None:
+        self.requests.put(asdict(request))
+
+    def put_ready(self, batch: RolloutBatch) -> None:
+        self.ready[batch.index] = batch
+
+    def _receive(self, timeout: float | None) -> bool:
+        try:
+            payload = self.results.get(timeout=timeout)
+        except queue.Empty:
+            if not self.proc.is_alive():
+                raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
+            return False
+        if "error" in payload:
+            raise RuntimeError("generator process failed:\n" + payload["error"])
+        batch = RolloutBatch.from_payload(payload)
+        self.ready[batch.index] = batch
+        return True
+
+    def ready_batches(self) -> list[RolloutBatch]:
+        """Everything generated but not yet trained on (drains what has arrived), for checkpoints."""
+        while self._receive(timeout=0.0):
+            pass
+        return [self.ready[i] for i in sorted(self.ready)]
+
+    def next_batch(self, index: int) -> RolloutBatch:
+        while index not in self.ready:
+            self._receive(timeout=1.0)
+        return self.ready.pop(index)
+
+    def close(self) -> None:
+        if self.proc.is_alive():
+            self.requests.put(None)
+            self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=5)

@@ -1,0 +1,131 @@
+"""The training batch: one prompt group per problem, G rollouts each, padded into tensors (design.md data flow).
+
+``collate`` turns the engine's ``Sample`` lists into a ``RolloutBatch``: rewards from the task's verdicts
+(the run's ±1 or 0/1 values, shaped by the length control, §3.8), loss weights that are 1 on sampled
+completion tokens and 0 on prompt, padding and forced interruption tokens, the generator's log-probs and the
+policy version of every token. Token ``t``'s log-prob comes from the logits at ``t - 1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Sequence
+
+import torch
+
+from scalerl.engines.base import Sample
+from scalerl.tasks.base import Problem
+
+
+@dataclass
+class Request:
+    """What the driver asks the generator for: batch ``index``, these problems, this sampling seed."""
+
+    index: int
+    problem_ids: list[str]
+    seed: int
+
+
+@dataclass
+class RolloutBatch:
+    index: int  # the batch index b; the trainer takes step b on it
+    problem_ids: list[str]  # P ids, group order
+    group: torch.Tensor  # [N] long, problem index of each sequence
+    input_ids: torch.Tensor  # [N, T] long, prompt + completion, right-padded
+    attention_mask: torch.Tensor  # [N, T] bool
+    loss_mask: torch.Tensor  # [N, T] float, 1 on sampled completion tokens
+    gen_logprobs: torch.Tensor  # [N, T] float32, generator log-prob of the token at each position
+    versions: torch.Tensor  # [N, T] long, policy version of each completion token, -1 elsewhere
+    rewards: torch.Tensor  # [N] float
+    correct: torch.Tensor  # [N] bool
+    truncated: torch.Tensor  # [N] bool
+    interrupted: torch.Tensor  # [N] bool
+    completion_lengths: torch.Tensor  # [N] long (sampled + forced)
+    gen_seconds: float = 0.0
+    texts: list[str] = field(default_factory=list)
+
+    @property
+    def n(self) -> int:
+        return int(self.group.numel())
+
+    def oldest_version(self) -> torch.Tensor:
+        """[N] the oldest policy version among each sequence's sampled tokens (its staleness anchor)."""
+        big = torch.iinfo(torch.long).max
+        v = torch.where(self.loss_mask > 0, self.versions, torch.full_like(self.versions, big))
+        oldest = v.min(dim=1).values
+        return torch.where(oldest == big, torch.full_like(oldest, -1), oldest)
+
+    def select(self, keep: torch.Tensor) -> "RolloutBatch":
+        """The sequences where ``keep`` [N] is True (whole groups, when used with group filters)."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == keep.shape[0]:
+                value = value[keep]
+            elif f.name == "texts" and value:
+                value = [t for t, k in zip(value, keep.tolist()) if k]
+            out[f.name] = value
+        return RolloutBatch(**out)
+
+    def to_payload(self) -> dict[str, Any]:
+        """A plain dict for inter-process queues."""
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> "RolloutBatch":
+        return cls(**payload)
+
+
+def collate(
+    request: Request,
+    problems: Sequence[Problem],
+    samples: Sequence[Sequence[Sample]],
+    verdicts: Sequence[Sequence[bool]],
+    *,
+    pad_id: int,
+    reward_correct: float,
+    reward_incorrect: float,
+    length_control: Any,
+    gen_seconds: float = 0.0,
+) -> RolloutBatch:
+    flat = [s for group in samples for s in group]
+    flat_correct = [bool(c) for group in verdicts for c in group]
+    group_index = [gi for gi, group in enumerate(samples) for _ in group]
+    seq_len = max(len(s.prompt_tokens) + len(s.tokens) for s in flat)
+    n = len(flat)
+    input_ids = torch.full((n, seq_len), pad_id, dtype=torch.long)
+    attention = torch.zeros((n, seq_len), dtype=torch.bool)
+    loss_mask = torch.zeros((n, seq_len), dtype=torch.float32)
+    gen_logprobs = torch.zeros((n, seq_len), dtype=torch.float32)
+    versions = torch.full((n, seq_len), -1, dtype=torch.long)
+    for i, s in enumerate(flat):
+        p, c = len(s.prompt_tokens), len(s.tokens)
+        input_ids[i, :p] = torch.tensor(s.prompt_tokens, dtype=torch.long)
+        attention[i, : p + c] = True
+        if c:
+            input_ids[i, p : p + c] = torch.tensor(s.tokens, dtype=torch.long)
+            sampled = torch.tensor([not f for f in s.forced], dtype=torch.float32)
+            loss_mask[i, p : p + c] = sampled  # forced interruption tokens carry zero weight (§3.8)
+            gen_logprobs[i, p : p + c] = torch.tensor(s.logprobs, dtype=torch.float32)
+            versions[i, p : p + c] = torch.tensor(s.versions, dtype=torch.long)
+    correct = torch.tensor(flat_correct, dtype=torch.bool)
+    lengths = torch.tensor([len(s.tokens) for s in flat], dtype=torch.long)
+    rewards = torch.where(correct, torch.tensor(reward_correct), torch.tensor(reward_incorrect)).float()
+    rewards = length_control.shape_rewards(rewards, lengths, correct)
+    return RolloutBatch(
+        index=request.index,
+        problem_ids=[p.id for p in problems],
+        group=torch.tensor(group_index, dtype=torch.long),
+        input_ids=input_ids,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        gen_logprobs=gen_logprobs,
+        versions=versions,
+        rewards=rewards,
+        correct=correct,
+        truncated=torch.tensor([s.truncated for s in flat], dtype=torch.bool),
+        interrupted=torch.tensor([s.interrupted for s in flat], dtype=torch.bool),
+        completion_lengths=lengths,
+        gen_seconds=gen_seconds,
+        texts=[s.text for s in flat],
+    )

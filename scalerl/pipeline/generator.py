@@ -1,0 +1,64 @@
+"""The generator side of the data flow: problems -> engine samples -> verifier -> a ``RolloutBatch``.
+
+One class serves every backend: the inline backend calls it in the trainer's process, the local backend in
+a child process, the Ray backend in an actor. It owns its own copy of the model, so in-flight weight loads
+never touch the trainer's parameters.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from scalerl.build import build_length_control, build_model, build_task
+from scalerl.config import RunConfig
+from scalerl.engines.base import WeightSource
+from scalerl.models.base import Tokenizer
+from scalerl.pipeline.batch import Request, RolloutBatch, collate
+
+
+def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Prompt tokens with the tokenizer's BOS in front (once)."""
+    ids = list(tokenizer.encode(text))
+    bos = tokenizer.bos_id
+    if bos is not None and (not ids or ids[0] != bos):
+        ids = [bos] + ids
+    return ids
+
+
+class GeneratorWorker:
+    def __init__(self, cfg: RunConfig, task: Any | None = None) -> None:
+        self.cfg = cfg
+        self.task = task if task is not None else build_task(cfg.task)
+        self.problems = {p.id: p for p in self.task.train_problems()}
+        bundle = build_model(cfg.model, cfg.seed)
+        self.tokenizer = bundle.tokenizer
+        self.engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
+        self.length = build_length_control(cfg)
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def load(self, version: int, state_dict: Any) -> None:
+        self.engine.load_weights(state_dict, version)
+
+    def generate(self, request: Request, weight_source: WeightSource | None = None) -> RolloutBatch:
+        problems = [self.problems[i] for i in request.problem_ids]
+        prompts = [encode_prompt(self.tokenizer, p.prompt) for p in problems]
+        t0 = time.perf_counter()
+        samples = self.engine.generate(
+            prompts, n=self.cfg.batch.generations, length=self.length, seed=request.seed, weight_source=weight_source
+        )
+        verdicts = [[self.task.grade(p, s.text) for s in group] for p, group in zip(problems, samples)]
+        return collate(
+            request,
+            problems,
+            samples,
+            verdicts,
+            pad_id=self.tokenizer.pad_id,
+            reward_correct=self.cfg.reward.correct,
+            reward_incorrect=self.cfg.reward.incorrect,
+            length_control=self.length,
+            gen_seconds=time.perf_counter() - t0,
+        )

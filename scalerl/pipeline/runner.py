@@ -1,0 +1,235 @@
+"""The driver: one RL run from config to fitted curve (design.md data flow).
+
+Per step ``s`` the driver (in the trainer's process):
+  1. issues generation requests for every batch ``b`` the schedule lets start at the trainer's version
+     (``schedule.min_version(b) <= version``), choosing their problems with the curriculum (§3.7);
+  2. takes batch ``s`` from the backend, trains on it, updates the curriculum with its outcomes, and
+     publishes the weights when the schedule says so (every step for PipelineRL, every ``k`` for PPO);
+  3. logs metrics; every ``eval.every`` steps evaluates mean@n on the validation split and refits the
+     compute-reward curve (the live forecast); every ``checkpoint_every`` steps writes a checkpoint.
+
+The synchronous and the asynchronous paths are this same loop; only the backend differs.
+A checkpoint holds model, optimizer, RNG states, curriculum state, the compute meter, the requests issued
+but not yet trained on, and the batches already generated for them, so ``--resume`` continues exactly:
+the prompts consumed match an uninterrupted run and metrics continue without a gap.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from scalerl import algo
+from scalerl.build import build_length_control, build_model, build_task
+from scalerl.compute import ComputeMeter
+from scalerl.config import RunConfig, config_from_run_dir, to_yaml
+from scalerl.errors import UserError
+from scalerl.evaluate import evaluate
+from scalerl.forecast import Forecaster
+from scalerl.pipeline.backends import InlineBackend, ProcessBackend
+from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.pipeline.schedules import SCHEDULES
+from scalerl.pipeline.weights import WeightChannel
+from scalerl.progress import RunDisplay
+from scalerl.runlog import METRICS, RunLog, load_latest_checkpoint, save_checkpoint
+from scalerl.atomic import write_text
+from scalerl.trainer import Trainer
+
+
+def batch_seed(run_seed: int, index: int) -> int:
+    return zlib.crc32(f"{run_seed}:{index}".encode()) & 0x7FFFFFFF
+
+
+def _rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+
+
+def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool) -> RunConfig:
+    """Check the run directory and write ``config.yaml``; on resume, the saved config wins."""
+    out = Path(out)
+    if resume:
+        if not (out / "config.yaml").exists():
+            raise UserError(f"--resume: {out} holds no run (no config.yaml); start it without --resume")
+        saved = config_from_run_dir(out)
+        # a resumed run may extend its budget, nothing else
+        return saved.model_copy(update={"steps": cfg.steps, "max_minutes": cfg.max_minutes})
+    if (out / METRICS).exists() or (out / "checkpoints").exists():
+        raise UserError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "config.yaml", to_yaml(cfg))
+    return cfg
+
+
+def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
+    out = Path(out)
+    cfg = prepare_run_dir(cfg, out, resume)
+    if resume:
+        # --resume on a run that already finished its budget with the same settings is a no-op
+        write_text(out / "config.yaml", to_yaml(cfg))
+    local = cfg.backend == "local"
+    cores = os.cpu_count() or 1
+    threads = cfg.threads or (max(1, cores // 2) if local else cores)
+    torch.set_num_threads(threads)
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+
+    task = build_task(cfg.task)
+    bundle = build_model(cfg.model, cfg.seed)
+    model, tokenizer = bundle.model, bundle.tokenizer
+    schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
+    ckpt = load_latest_checkpoint(out) if resume else None
+    warm_stats: dict[str, Any] = {}
+    if ckpt is None and cfg.warmup.steps > 0 and hasattr(task, "demonstration"):
+        from scalerl.models.warmup import warmup
+
+        warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
+    trainer = Trainer(model, cfg, schedule)
+    length = build_length_control(cfg)
+    curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
+    devices = cfg.devices or (ProcessBackend.devices if local else InlineBackend.devices)
+    meter = ComputeMeter(devices=devices, n_params=int(bundle.spec.get("n_params", 0)))
+    forecaster = Forecaster(cfg.forecast)
+    val = list(task.val_problems())[: cfg.eval.n_prompts or None]
+    eval_engine = bundle.make_engine(model, tokenizer, fp32_head=cfg.algo.fp32_head)
+
+    step = 0
+    next_request = 0
+    pending: dict[int, Request] = {}
+    saved_batches: list[RolloutBatch] = []
+    wall_offset = 0.0
+    if ckpt is not None:
+        trainer.load_state_dict(ckpt["trainer"])
+        curriculum.load_state_dict(ckpt["curriculum"])
+        meter.load_state_dict(ckpt["compute"])
+        forecaster.load_state_dict(ckpt["forecast"])
+        _set_rng_state(ckpt["rng"])
+        step, next_request, wall_offset = ckpt["step"], ckpt["next_request"], ckpt["wall_s"]
+        pending = {int(r["index"]): Request(**r) for r in ckpt["pending"]}
+        saved_batches = [RolloutBatch.from_payload(p) for p in ckpt["ready"]]
+    elif resume:
+        step = 0  # a run killed before its first checkpoint starts over
+    log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=step + 1 if resume else None)
+    if resume:
+        log.truncate(step if ckpt is not None else -1)
+
+    ctx = torch.multiprocessing.get_context("spawn") if local else None
+    channel = WeightChannel(model.state_dict(), version=trainer.version, ctx=ctx)
+    backend: InlineBackend | ProcessBackend
+    if local:
+        backend = ProcessBackend(cfg, schedule, channel, ctx, threads=max(1, cores - threads) if cfg.threads is None else cfg.threads)
+    else:
+        backend = InlineBackend(cfg, schedule, channel, task=task)
+    for batch in saved_batches:
+        backend.put_ready(batch)
+    ready_ids = {b.index for b in saved_batches}
+    for index in sorted(pending):
+        if index not in ready_ids:
+            backend.submit(pending[index])
+
+    display = RunDisplay(cfg, enabled=show_progress)
+    start = time.perf_counter() - wall_offset
+    budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
+
+    def wall() -> float:
+        return time.perf_counter() - start
+
+    def run_eval() -> None:
+        res = evaluate(eval_engine, tokenizer, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
+        record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
+        record.update(forecaster.update(meter.device_hours, res["val/pass_rate"]))
+        log.log(record)
+        display.eval(record)
+
+    def checkpoint() -> None:
+        ready = [b for b in backend.ready_batches() if b.index >= step]
+        save_checkpoint(
+            out,
+            step,
+            {
+                "step": step,
+                "next_request": next_request,
+                "wall_s": wall(),
+                "trainer": trainer.state_dict(),
+                "curriculum": curriculum.state_dict(),
+                "compute": meter.state_dict(),
+                "forecast": forecaster.state_dict(),
+                "rng": _rng_state(),
+                "pending": [vars(r) for _, r in sorted(pending.items())],
+                "ready": [b.to_payload() for b in ready],
+                "config": cfg.model_dump(mode="json"),
+            },
+        )
+
+    last_eval_step = -1
+    try:
+        with display:
+            display.start(step, warm_stats)
+            if step == 0 and ckpt is None:
+                run_eval()  # R0: the reward at zero training compute
+                last_eval_step = 0
+            while step < cfg.steps and (budget_s is None or wall() < budget_s):
+                while next_request < cfg.steps and schedule.min_version(next_request) <= trainer.version:
+                    req = Request(next_request, curriculum.next_ids(cfg.batch.prompts), batch_seed(cfg.seed, next_request))
+                    pending[next_request] = req
+                    backend.submit(req)
+                    next_request += 1
+                t0 = time.perf_counter()
+                batch = backend.next_batch(step)
+                stats = trainer.step(batch)
+                _update_curriculum(curriculum, batch)
+                if trainer.version % schedule.group == 0:
+                    channel.publish(model.state_dict(), trainer.version)
+                prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
+                meter.add_batch(prompt_tokens, int(batch.completion_lengths.sum()), int(batch.attention_mask.sum()))
+                meter.add_time(time.perf_counter() - t0)
+                del pending[step]
+                step += 1
+                record = {
+                    "step": step,
+                    "time/wall_s": wall(),
+                    **meter.metrics(),
+                    **stats,
+                    "curriculum/retired": float(curriculum.retired),
+                    "throughput/samples_per_s": batch.n / max(time.perf_counter() - t0, 1e-9),
+                    "throughput/gen_seconds": batch.gen_seconds,
+                }
+                log.log(record)
+                log.consumed(step, batch.problem_ids)
+                display.step(record)
+                if step % cfg.eval.every == 0 or step == cfg.steps:
+                    run_eval()
+                    last_eval_step = step
+                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                    checkpoint()
+            if last_eval_step != step:
+                run_eval()
+                checkpoint()
+    finally:
+        backend.close()
+        log.close()
+    return finish_run(out, cfg, forecaster)
+
+
+def _update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
+    for gi, pid in enumerate(batch.problem_ids):
+        sel = batch.group == gi
+        curriculum.update(pid, int(batch.correct[sel].sum()), int(sel.sum()))
+
+
+def finish_run(out: Path, cfg: RunConfig, forecaster: "Forecaster") -> dict[str, Any]:
+    """Fit the whole run's curve and write ``fit.json`` and ``curve.png``."""
+    return forecaster.write_final(out, title=cfg.name)

@@ -1,0 +1,54 @@
+"""Trainer -> generator weight channel (§3.1: after every optimizer step the weights go to the generator).
+
+The trainer ``publish``es a state dict with its policy version; the generator ``poll``s between decode
+steps and gets a consistent snapshot when a newer version exists. Across processes the tensors live in
+shared memory and a lock keeps a reader from seeing a half-copied update; in one process the same object
+works with a thread lock.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import threading
+from typing import Mapping
+
+import torch
+
+
+class WeightChannel:
+    def __init__(self, state_dict: Mapping[str, torch.Tensor], version: int = 0, ctx: mp.context.BaseContext | None = None) -> None:
+        self.tensors = {k: v.detach().to("cpu").clone() for k, v in state_dict.items()}
+        if ctx is not None:
+            for t in self.tensors.values():
+                t.share_memory_()
+            self._version = ctx.Value("q", version, lock=False)
+            self._lock = ctx.Lock()
+        else:
+            self._version = _Box(version)
+            self._lock = threading.Lock()
+
+    def version(self) -> int:
+        return int(self._version.value)
+
+    @torch.no_grad()
+    def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        with self._lock:
+            for k, t in self.tensors.items():
+                t.copy_(state_dict[k].detach())
+            self._version.value = version
+
+    @torch.no_grad()
+    def snapshot(self) -> tuple[int, dict[str, torch.Tensor]]:
+        with self._lock:
+            return int(self._version.value), {k: t.clone() for k, t in self.tensors.items()}
+
+    def poll(self, current_version: int) -> tuple[int, dict[str, torch.Tensor]] | None:
+        """A ``WeightSource``: newer weights than ``current_version``, or None."""
+        if self.version() <= current_version:
+            return None
+        return self.snapshot()
+
+
+class _Box:
+    def __init__(self, value: int) -> None:
+        self.value = value

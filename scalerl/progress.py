@@ -1,0 +1,65 @@
+"""Live progress for long work (rich): step, reward, validation pass rate and the forecast A ± CI."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from scalerl.config import RunConfig
+
+
+class RunDisplay:
+    def __init__(self, cfg: RunConfig, enabled: bool = True, console: Console | None = None) -> None:
+        self.cfg = cfg
+        self.enabled = enabled
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=self.console,
+            disable=not enabled,
+            transient=False,
+        )
+        self._task = None
+        self._train = ""
+        self._val = ""
+
+    def __enter__(self) -> "RunDisplay":
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.progress.__exit__(*exc)
+
+    def start(self, step: int, warm: dict[str, Any]) -> None:
+        if warm and self.enabled:
+            self.console.print(f"warm-up: {', '.join(f'{k}={v:.3g}' if isinstance(v, float) else f'{k}={v}' for k, v in warm.items())}")
+        self._task = self.progress.add_task(self.cfg.name, total=self.cfg.steps, completed=step, status="")
+
+    def _refresh(self, completed: int | None = None) -> None:
+        if self._task is not None:
+            kw = {} if completed is None else {"completed": completed}
+            self.progress.update(self._task, status=f"{self._train}  {self._val}", **kw)
+
+    def step(self, record: dict[str, Any]) -> None:
+        self._train = f"reward {record.get('train/reward_mean', 0):+.3f}  pass {record.get('train/pass_rate', 0):.3f}"
+        trunc = record.get("train/truncation_rate") or 0.0
+        if trunc > 0.10:  # §3.8: truncations above 10-15% destabilise training
+            self._train += f"  [red]truncation {trunc:.0%} > 10%[/red]"
+        self._refresh(int(record["step"]))
+
+    def eval(self, record: dict[str, Any]) -> None:
+        self._val = f"val {record['val/pass_rate']:.3f}"
+        if record.get("forecast/A") is not None:
+            lo, hi = record.get("forecast/A_lo"), record.get("forecast/A_hi")
+            band = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+            self._val += f"  forecast A {record['forecast/A']:.3f}{band}"
+        self._refresh()
+        if not self.enabled:
+            return
+        self.console.log(f"step {record['step']}: {self._val}")

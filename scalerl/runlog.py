@@ -1,0 +1,114 @@
+"""The run directory (design.md contract): ``config.yaml``, ``metrics.jsonl``, ``consumed.jsonl``,
+``checkpoints/``, TensorBoard events, ``fit.json`` and ``curve.png``.
+
+Every metrics line is appended in one write and fsynced; checkpoints are written atomically and a
+``latest`` pointer is replaced only after the checkpoint file is complete, so a crash never loses a
+finished step. On resume, lines past the checkpoint's step are cut so the metrics continue without a gap
+or a duplicate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from scalerl.atomic import append_jsonl, atomic_path, write_text
+
+METRICS = "metrics.jsonl"
+CONSUMED = "consumed.jsonl"  # the problem ids of every trained batch, one line per step
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN; a skipped step logs null
+    return value
+
+
+class RunLog:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, purge_step: int | None = None) -> None:
+        self.dir = Path(run_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.writer = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=purge_step)
+
+    def log(self, record: dict[str, Any]) -> None:
+        clean = {k: _clean(v) for k, v in record.items()}
+        append_jsonl(self.dir / METRICS, clean)
+        if self.writer is not None:
+            step = int(record["step"])
+            for key, value in clean.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self.writer.add_scalar(key, value, step)
+
+    def consumed(self, step: int, problem_ids: list[str]) -> None:
+        append_jsonl(self.dir / CONSUMED, {"step": step, "problem_ids": problem_ids})
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            self.writer.flush()
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    def truncate(self, last_step: int, keep_eval_at: bool = True) -> None:
+        """Drop metric and consumed lines of steps after ``last_step`` (and a trailing partial line)."""
+        for name in (METRICS, CONSUMED):
+            path = self.dir / name
+            if not path.exists():
+                continue
+            kept = []
+            for line in path.read_text().splitlines():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if int(rec.get("step", 0)) <= last_step:
+                    kept.append(line)
+            write_text(path, "".join(line + "\n" for line in kept))
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / METRICS
+    out = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+# ---------------------------------------------------------------------------------------- checkpoints
+
+CKPT_DIR = "checkpoints"
+KEEP = 2
+
+
+def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
+    ckpt_dir = Path(run_dir) / CKPT_DIR
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    path = ckpt_dir / f"step_{step:07d}.pt"
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+    write_text(ckpt_dir / "latest", path.name + "\n")
+    for old in sorted(ckpt_dir.glob("step_*.pt"))[:-KEEP]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    ckpt_dir = Path(run_dir) / CKPT_DIR
+    pointer = ckpt_dir / "latest"
+    if not pointer.exists():
+        return None
+    path = ckpt_dir / pointer.read_text().strip()
+    return torch.load(path, map_location="cpu", weights_only=False)
