@@ -164,21 +164,27 @@ def check_names(cfg: RunConfig) -> None:
 def _format_validation_error(exc: ValidationError, source: str) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    msg = err["msg"]
+    msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
-        msg = "unknown field"
-    # errors raised in our validators carry their own field name already
-    msg = msg.removeprefix("Value error, ")
-    return f"invalid config ({source}): {loc}: {msg}"
+        msg = "unknown field (see 'scalerl presets --show scalerl' for every field)"
+    elif err["type"] not in ("missing",) and not isinstance(err.get("input"), (dict, list)):
+        msg = f"{msg}, got {err.get('input')!r}"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"invalid config ({source}): {loc}: {msg}{more}"
 
 
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, section by section.
+
+    A registry section (``{name, params}``) whose ``name`` changes is replaced whole: the old implementation's
+    params mean nothing to the new one (``--set algo.loss.name=dapo`` must not keep CISPO's ``eps_max``).
+    Within one implementation, ``params`` merge key by key."""
     out = dict(base)
     for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "params":
-            out[key] = _deep_merge(out[key], value)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = {**out[key], **value}
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            renamed = "name" in value and value["name"] != old.get("name")
+            out[key] = dict(value) if renamed else _deep_merge(old, value)
         else:
             out[key] = value
     return out
@@ -202,61 +208,82 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
 
 
-def preset_dict(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A preset's fields, with its ``base:`` chain resolved (a preset may build on another)."""
+def _preset_file(name: str) -> dict[str, Any]:
     path = CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(preset_names())}")
+    return _read_yaml(path)
+
+
+def preset_description(name: str) -> str:
+    """The one-line ``description:`` of a preset file ("" when it has none)."""
+    return " ".join(str(_preset_file(name).get("description", "")).split())
+
+
+def preset_dict(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A preset's fields, with its ``base:`` chain resolved (a preset may build on another)."""
     if name in _seen:
         raise UserError(f"preset {name!r} has a cycle in its base chain: {' -> '.join(_seen + (name,))}")
-    data = _read_yaml(path)
+    data = _preset_file(name)
     base = data.pop("base", None)
     data.pop("description", None)
     if base:
-        return _deep_merge(preset_dict(base, _seen + (name,)), data)
+        return _deep_merge(preset_dict(str(base), _seen + (name,)), data)
     return data
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"a.b.c=value"`` -> (``["a", "b", "c"]``, value parsed as YAML; only the first ``=`` splits)."""
     if "=" not in item:
         raise UserError(f"--set {item!r}: expected key=value, e.g. --set algo.loss.name=dapo")
     key, raw = item.split("=", 1)
-    key = key.strip()
-    if not key:
-        raise UserError(f"--set {item!r}: empty key")
+    path = key.strip().split(".")
+    if not all(path):
+        raise UserError(f"--set {item!r}: the key must be dotted field names, e.g. --set schedule.k=4")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
-    return key.split("."), value
+    return path, value
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    data = _deep_merge({}, data)
+    """``--set key=value`` items on top of ``data`` (not modified). All items are gathered first and merged
+    as one layer, so their order does not matter except when two set the same key (the last wins)."""
+    layer: dict[str, Any] = {}
     for item in overrides:
         path, value = parse_override(item)
-        node = data
-        for part in path[:-1]:
-            nxt = node.get(part)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                node[part] = nxt
-            node = nxt
+        node, have = layer, data
+        for depth, part in enumerate(path[:-1]):
+            have = have.get(part) if isinstance(have, dict) else None
+            if have is not None and not isinstance(have, dict):
+                where = ".".join(path[: depth + 1])
+                raise UserError(f"--set {item!r}: {where} is a value ({have!r}), not a section with fields")
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
         node[path[-1]] = value
-    return data
+    return _deep_merge(data, layer)
 
 
 def build_config(data: dict[str, Any], source: str = "config") -> RunConfig:
+    """Validate ``data`` into a RunConfig; any mistake is one UserError line naming the field."""
+    if not isinstance(data, dict):
+        raise UserError(f"invalid config ({source}): must be a mapping of fields, not {type(data).__name__}")
     try:
         return RunConfig.model_validate(data)
     except ValidationError as exc:
         raise UserError(_format_validation_error(exc, source)) from None
+    except UserError as exc:  # raised by check_names with the field already named
+        raise UserError(f"invalid config ({source}): {exc}") from None
 
 
 def load_config(
     preset: str | None = None, config_file: str | Path | None = None, overrides: list[str] | None = None
 ) -> RunConfig:
-    """preset (default ``scalerl``) <- config file <- ``--set`` overrides, validated into a RunConfig."""
+    """preset (default ``scalerl``) <- config file <- ``--set`` overrides, validated into a RunConfig.
+
+    A config file may name its own ``base:`` preset, which then replaces ``preset``."""
     data: dict[str, Any] = preset_dict(preset or "scalerl")
     sources = [f"preset {preset or 'scalerl'}"]
     if config_file is not None:
@@ -264,7 +291,8 @@ def load_config(
         base = file_data.pop("base", None)
         file_data.pop("description", None)
         if base:
-            data = preset_dict(base)
+            data = preset_dict(str(base))
+            sources = [f"preset {base}"]
         data = _deep_merge(data, file_data)
         sources.append(str(config_file))
     if overrides:

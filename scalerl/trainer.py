@@ -73,7 +73,6 @@ class Trainer:
 
     def step(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
-        n_groups = int(torch.unique(batch.group).numel())
         oldest = batch.oldest_version()
         has_tokens = oldest >= 0
         staleness = torch.where(has_tokens, self.version - oldest, torch.zeros_like(oldest))
@@ -81,7 +80,6 @@ class Trainer:
         keep = ~self._groups_where(stale, batch.group)
         if cfg.algo.zero_variance_filter:
             keep &= algo.zero_variance_mask(batch.rewards, batch.group)
-        kept_groups = int(torch.unique(batch.group[keep]).numel())
         stats: dict[str, float] = {
             "train/reward_mean": batch.rewards.mean().item(),
             "train/pass_rate": batch.correct.float().mean().item(),
@@ -91,7 +89,7 @@ class Trainer:
             "train/staleness_mean": staleness[has_tokens].float().mean().item() if has_tokens.any() else 0.0,
             "train/staleness_max": float(staleness.max().item()) if has_tokens.any() else 0.0,
             "train/stale_dropped": float(stale.sum().item()),
-            "train/zero_var_frac": 1.0 - kept_groups / max(n_groups, 1),
+            "train/zero_var_frac": algo.zero_variance_frac(batch.rewards, batch.group),
             "train/samples": float(batch.n),
             "train/samples_kept": float(keep.sum().item()),
             "lr": self.optimizer.param_groups[0]["lr"],

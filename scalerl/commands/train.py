@@ -10,6 +10,21 @@ import typer
 DEMO_OUT = "runs/demo"
 
 
+def config_from_cli(preset: str | None, config: Path | None, sets: list[str]):
+    """A preset or leave-one-out variant name (``loo-dapo`` ...), then ``--config``, then ``--set``."""
+    from scalerl.config import load_config
+
+    if preset and preset.startswith("loo-"):
+        from scalerl.errors import UserError
+        from scalerl.presets import loo_variants
+
+        variants = loo_variants("scalerl")
+        if preset not in variants:
+            raise UserError(f"unknown leave-one-out variant {preset!r}; choose one of: {', '.join(variants)}")
+        return load_config("scalerl", config, [*variants[preset], *sets])
+    return load_config(preset, config, sets)
+
+
 def print_summary(out: Path, summary: dict) -> None:
     """The run's outcome on stdout: where the files are and the fitted forecast."""
     from rich.console import Console
@@ -40,10 +55,9 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
         """Train with the ScaleRL recipe (or any preset / ablation) and forecast where the run will end."""
-        from scalerl.config import load_config
+        cfg = config_from_cli(preset, config, set_)
         from scalerl.pipeline.runner import train as run_train
 
-        cfg = load_config(preset, config, set_)
         summary = run_train(cfg, out, resume=resume, show_progress=not quiet)
         print_summary(out, summary)
 

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
+from scalerl.algo.length_control import forced_token_weights
 from scalerl.engines.base import Sample
 from scalerl.tasks.base import Problem
 
@@ -104,8 +105,7 @@ def collate(
         attention[i, : p + c] = True
         if c:
             input_ids[i, p : p + c] = torch.tensor(s.tokens, dtype=torch.long)
-            sampled = torch.tensor([not f for f in s.forced], dtype=torch.float32)
-            loss_mask[i, p : p + c] = sampled  # forced interruption tokens carry zero weight (§3.8)
+            loss_mask[i, p : p + c] = forced_token_weights(torch.tensor(s.forced, dtype=torch.bool))
             gen_logprobs[i, p : p + c] = torch.tensor(s.logprobs, dtype=torch.float32)
             versions[i, p : p + c] = torch.tensor(s.versions, dtype=torch.long)
     correct = torch.tensor(flat_correct, dtype=torch.bool)

@@ -1,0 +1,190 @@
+"""Presets as data (§3.11), their computed differences, and the leave-one-out variants (§5.5, ICLR A.20)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from scalerl import algo as algo_lib
+from scalerl.cli import main
+from scalerl.config import CONFIG_DIR, build_config, load_config, preset_names
+from scalerl.errors import UserError
+from scalerl.presets import (
+    LOO_COMPONENTS,
+    MISSING,
+    config_diff,
+    flatten,
+    list_presets,
+    loo_variants,
+    preset_diff,
+    resolve_preset,
+    resolve_variant,
+)
+
+PRESETS = ["dapo_qwen", "grpo_deepseek", "magistral", "minimax", "scalerl"]
+LOO = ["loo-dapo", "loo-fp32", "loo-savg", "loo-plan", "loo-batch", "loo-uniform", "loo-lp", "loo-8op"]
+
+
+def test_every_preset_resolves_with_a_one_line_description():
+    assert preset_names() == PRESETS
+    listed = dict(list_presets())
+    for name in PRESETS:
+        assert resolve_preset(name).name == name
+        assert listed[name] and "\n" not in listed[name]
+
+
+def test_scalerl_preset_states_the_whole_recipe_and_matches_the_defaults():
+    raw = yaml.safe_load((CONFIG_DIR / "scalerl.yaml").read_text())
+    algo = raw["algo"]
+    assert algo["loss"] == {"name": "cispo", "params": {"eps_max": 4.0}}
+    assert algo["aggregation"] == "prompt" and algo["advantages"]["norm"] == "batch"
+    assert algo["zero_variance_filter"] is True and algo["fp32_head"] is True
+    assert algo["curriculum"] == {"name": "npr", "params": {"threshold": 0.9}}
+    assert algo["length"]["name"] == "interruption"
+    assert raw["schedule"] == {"name": "pipeline_rl", "k": 8}
+    # the typed defaults are the same recipe: the preset only spells out the implementations' defaults
+    defaults, preset = build_config({}), resolve_preset("scalerl")
+    rows = config_diff(defaults, preset)
+    assert rows and all(a == MISSING and ".params." in path for path, a, _ in rows)
+    assert algo_lib.build_loss(defaults.algo.loss) == algo_lib.build_loss(preset.algo.loss)
+    assert algo_lib.build_length_control(defaults.algo.length) == algo_lib.build_length_control(preset.algo.length)
+    npr = algo_lib.build_curriculum(defaults.algo.curriculum, ["x"], 0)
+    assert npr.threshold == algo_lib.build_curriculum(preset.algo.curriculum, ["x"], 0).threshold == 0.9
+
+
+def test_grpo_deepseek():
+    cfg = resolve_preset("grpo_deepseek")
+    assert (cfg.algo.loss.name, cfg.algo.loss.params) == ("grpo", {"eps_low": 0.2, "eps_high": 0.2})
+    assert cfg.algo.aggregation == "sample" and cfg.algo.advantages.norm == "prompt"
+    assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 8)
+    assert not cfg.algo.zero_variance_filter and not cfg.algo.fp32_head
+    assert cfg.algo.curriculum.name == "uniform" and cfg.algo.length.name == "none"
+
+
+def test_dapo_qwen_and_its_larger_batch():
+    cfg, base = resolve_preset("dapo_qwen"), resolve_preset("scalerl")
+    assert (cfg.algo.loss.name, cfg.algo.loss.params) == ("dapo", {"eps_low": 0.2, "eps_high": 0.26})
+    assert cfg.algo.aggregation == "prompt" and cfg.algo.advantages.norm == "prompt"
+    assert cfg.algo.zero_variance_filter
+    assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 8)
+    assert cfg.batch.prompts == round(base.batch.prompts * 80 / 48)  # §3.11: 80 prompts instead of 48
+    assert cfg.batch.generations == base.batch.generations
+    length = cfg.algo.length
+    assert length.name == "length_penalty"
+    # original DAPO: the soft zone is 4096 of a 20480-token L_max, and L_max is the generation cap
+    assert length.params["l_max"] == length.params["max_new_tokens"]
+    assert length.params["l_cache"] == round(length.params["l_max"] * 4096 / 20480)
+
+
+def test_magistral_is_dapo_on_pipeline_rl():
+    assert preset_diff("magistral", base="dapo_qwen") == [("schedule.name", "ppo_off_policy", "pipeline_rl")]
+    assert resolve_preset("magistral").schedule.k == 8
+
+
+def test_minimax():
+    cfg = resolve_preset("minimax")
+    assert (cfg.algo.loss.name, cfg.algo.aggregation) == ("cispo", "prompt")
+    assert cfg.algo.fp32_head and cfg.algo.zero_variance_filter
+    assert cfg.schedule.name == "ppo_off_policy"
+    assert cfg.batch.prompts == resolve_preset("dapo_qwen").batch.prompts
+
+
+def test_flatten_and_config_diff_by_hand():
+    assert flatten({"a": {"b": 1, "c": {"d": 2}}, "e": 3, "p": {}}) == {"a.b": 1, "a.c.d": 2, "e": 3}
+    a = build_config({"batch": {"prompts": 4}, "algo": {"loss": {"name": "cispo", "params": {"eps_max": 4}}}})
+    b = build_config({"batch": {"prompts": 5}, "algo": {"loss": {"name": "cispo", "params": {"eps_max": 8}}}})
+    assert config_diff(a, b) == [("algo.loss.params.eps_max", 4, 8), ("batch.prompts", 4, 5)]
+    c = build_config({"batch": {"prompts": 4}, "algo": {"loss": {"name": "cispo", "params": {}}}})
+    assert config_diff(c, a) == [("algo.loss.params.eps_max", MISSING, 4)]
+    # switching the implementation is one row holding both sections
+    d = build_config({"algo": {"loss": {"name": "gspo"}}})
+    assert config_diff(a, d)[0] == ("algo.loss", {"name": "cispo", "params": {"eps_max": 4}}, {"name": "gspo", "params": {}})
+    assert preset_diff("scalerl") == []
+
+
+def test_preset_diff_is_computed_from_the_resolved_configs():
+    rows = dict((path, (a, b)) for path, a, b in preset_diff("grpo_deepseek"))
+    assert rows["algo.aggregation"] == ("prompt", "sample")
+    assert rows["algo.fp32_head"] == (True, False)
+    assert rows["schedule.name"] == ("pipeline_rl", "ppo_off_policy")
+    assert "schedule.k" not in rows and "batch.prompts" not in rows  # equal fields are not listed
+    assert rows["algo.loss"][1] == {"name": "grpo", "params": {"eps_low": 0.2, "eps_high": 0.2}}
+
+
+def test_loo_variants_names_and_values():
+    variants = loo_variants()
+    assert list(variants) == LOO
+    assert variants["loo-dapo"] == ["algo.loss.name=dapo", "algo.loss.params.eps_low=0.2", "algo.loss.params.eps_high=0.26"]
+    assert variants["loo-fp32"] == ["algo.fp32_head=false"]
+    assert variants["loo-savg"] == ["algo.aggregation=sample"]
+    assert variants["loo-plan"] == ["algo.advantages.norm=prompt"]
+    assert variants["loo-batch"] == ["algo.zero_variance_filter=false"]
+    assert variants["loo-uniform"] == ["algo.curriculum.name=uniform"]
+    assert variants["loo-8op"] == ["schedule.name=ppo_off_policy"]
+    lp = resolve_variant("loo-lp").algo.length
+    assert lp.name == "length_penalty" and lp.params == resolve_preset("dapo_qwen").algo.length.params
+    op = resolve_variant("loo-8op").schedule
+    assert (op.name, op.k) == ("ppo_off_policy", resolve_preset("scalerl").schedule.k)  # same k
+
+
+@pytest.mark.parametrize("variant", LOO)
+def test_each_loo_variant_validates_and_changes_exactly_its_component(variant):
+    base = resolve_preset("scalerl")
+    cfg = resolve_variant(variant)
+    assert cfg.name == variant
+    component = LOO_COMPONENTS[variant][0]
+    rows = config_diff(base, cfg)
+    assert rows, f"{variant} changes nothing"
+    assert all(path == component or path.startswith(component + ".") for path, _, _ in rows), rows
+    # the overrides alone reproduce the variant through the ordinary --set path
+    again = load_config("scalerl", overrides=loo_variants()[variant])
+    assert config_diff(cfg, again) == []
+
+
+def test_loo_on_another_base_skips_what_it_already_lacks():
+    variants = loo_variants("minimax")  # PPO-off-policy, prompt norm, uniform, length penalty already
+    assert set(variants) == {"loo-dapo", "loo-fp32", "loo-savg", "loo-batch"}
+    for name in variants:
+        cfg = resolve_variant(name, base="minimax")
+        component = LOO_COMPONENTS[name][0]
+        assert all(p.startswith(component) for p, _, _ in config_diff(resolve_preset("minimax"), cfg))
+    with pytest.raises(UserError, match="changes nothing"):
+        resolve_variant("loo-8op", base="minimax")
+
+
+def test_resolve_variant_accepts_presets_and_rejects_unknown_names():
+    assert resolve_variant("magistral") == resolve_preset("magistral")
+    with pytest.raises(UserError, match="unknown preset or variant 'loo-kl'.*loo-dapo"):
+        resolve_variant("loo-kl")
+
+
+def run_cli(argv, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_presets_table(capsys, monkeypatch):
+    code, out, _ = run_cli(["presets"], capsys, monkeypatch)
+    assert code == 0
+    for name in PRESETS + LOO:
+        assert name in out
+    assert "algo.aggregation: prompt -> sample" in out
+    assert "schedule.name: pipeline_rl -> ppo_off_policy" in out
+    assert "algo.loss.params.eps_high=0.26" in out
+
+
+def test_cli_presets_show(capsys, monkeypatch):
+    code, out, _ = run_cli(["presets", "--show", "loo-fp32"], capsys, monkeypatch)
+    assert code == 0
+    shown = build_config(yaml.safe_load(out))
+    assert shown == resolve_variant("loo-fp32") and not shown.algo.fp32_head
+    code, out, _ = run_cli(["presets", "--show", "minimax"], capsys, monkeypatch)
+    assert code == 0 and build_config(yaml.safe_load(out)) == resolve_preset("minimax")
+    code, out, err = run_cli(["presets", "--show", "nope"], capsys, monkeypatch)
+    assert code == 2 and out == "" and err.startswith("error: unknown preset or variant 'nope'")
