@@ -1,0 +1,118 @@
+"""Finding the answer in a completion: drop the thinking, then find the final answer or the code.
+
+Paper §4 / A.3: math answers are checked (by Math-Verify) *after stripping* ``<think>…</think>``; code is checked
+by running unit tests. With interruption length control (§3.8) an over-long completion ends its thinking with
+"Okay, time is up. Let me stop thinking and formulate a final answer now. </think>", so the answer written after
+that phrase sits after the last ``</think>`` like any other answer and is graded the same way.
+
+Pure string functions; no dependency beyond the standard library.
+
+Final-answer extraction order (the first rule that finds something wins; within a rule the *last* occurrence
+wins, since models restate and correct themselves):
+
+1. ``\\boxed{…}`` (or ``\\fbox{…}``), with nested braces;
+2. ``<answer>…</answer>`` tags (the reasoning-gym convention);
+3. "The answer is X" / "The final answer is X" (X: the rest of that line, a trailing period dropped);
+4. "Answer: X" / "Final answer: X" at the start of a line;
+5. the last number in the text (integers, decimals, ``a/b``, ``1,000``-style thousands).
+"""
+
+from __future__ import annotations
+
+import re
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_IS = re.compile(r"the\s+(?:final\s+)?answer\s+is\s*[:=]?\s*(?P<x>[^\n]+)", re.IGNORECASE)
+_ANSWER_LINE = re.compile(r"^[ \t>*#_]*(?:final\s+)?answer\s*[*_]*\s*[:=]\s*[*_]*\s*(?P<x>[^\n]+)", re.IGNORECASE | re.MULTILINE)
+_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?(?:/\d+)?")
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)(?:```|\Z)", re.DOTALL)
+_PYTHON_LANGS = {"python", "py", "python3"}
+
+
+def after_thinking(completion: str) -> str:
+    """The part of ``completion`` that is graded: the text after the last ``</think>``.
+
+    A completion that opened ``<think>`` and never closed it has no answer part (empty string): it was cut off
+    while thinking. A completion with no think tags at all is graded whole."""
+    close = completion.rfind(THINK_CLOSE)
+    if close >= 0:
+        return completion[close + len(THINK_CLOSE) :]
+    if THINK_OPEN in completion:
+        return ""
+    return completion
+
+
+def extract_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{…}`` / ``\\fbox{…}`` with balanced braces; None if there is none (or it
+    is never closed)."""
+    found = None
+    for match in _BOXED.finditer(text):
+        depth, start = 1, match.end()
+        for pos in range(start, len(text)):
+            char = text[pos]
+            if char == "{":
+                depth += 1
+            elif char == "}":
+                depth -= 1
+                if depth == 0:
+                    found = text[start:pos]
+                    break
+    return found.strip() if found is not None else None
+
+
+def _clean(answer: str) -> str:
+    answer = answer.strip()
+    boxed = extract_boxed(answer)
+    if boxed is not None:
+        return boxed
+    answer = answer.rstrip(" .").strip()
+    if len(answer) >= 2 and answer.startswith("$") and answer.endswith("$"):
+        answer = answer.strip("$").strip()
+    return answer
+
+
+def _last(pattern: re.Pattern[str], text: str, group: str | int) -> str | None:
+    matches = list(pattern.finditer(text))
+    if not matches:
+        return None
+    value = _clean(matches[-1].group(group))
+    return value or None
+
+
+def extract_marked_answer(text: str) -> str | None:
+    """The answer the model *marked* (rules 1-4 of the module docstring), or None."""
+    boxed = extract_boxed(text)
+    if boxed is not None:
+        return boxed or None
+    for pattern, group in ((_ANSWER_TAG, 1), (_ANSWER_IS, "x"), (_ANSWER_LINE, "x")):
+        value = _last(pattern, text, group)
+        if value is not None:
+            return value
+    return None
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` with thousands separators removed, or None."""
+    matches = _NUMBER.findall(text)
+    return matches[-1].replace(",", "") if matches else None
+
+
+def extract_answer(text: str) -> str | None:
+    """The final answer in ``text`` by the documented order (marked answer, else the last number)."""
+    marked = extract_marked_answer(text)
+    return marked if marked is not None else last_number(text)
+
+
+def extract_code(text: str) -> str:
+    """The program in ``text``: the last ```python fenced block, else the last untagged fenced block, else the
+    whole text. A final fence left open (a truncated completion) counts up to the end of the text."""
+    blocks = [(m.group("lang").lower(), m.group("body")) for m in _FENCE.finditer(text)]
+    for wanted in (_PYTHON_LANGS, {""}):
+        bodies = [body for lang, body in blocks if lang in wanted]
+        if bodies:
+            return bodies[-1]
+    return text

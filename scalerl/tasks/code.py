@@ -1,0 +1,166 @@
+"""Code tasks (paper §4 / A.3: code is "checked by a custom execution environment with unit tests"; the math+code
+runs add the DeepCoder prompts): a completion is correct iff its program passes every test of the problem in
+the sandbox. Any failure, timeout or crash is incorrect.
+
+The program is taken from the text after the last ``</think>`` (``scalerl.tasks.answers.extract_code``: the last
+```python block, else the last untagged block, else the whole text). Test formats (docs/tasks.md):
+
+* a list of assert statements, or a string of test code (e.g. HumanEval's ``def check(candidate): …``, called
+  with ``entry_point`` when given): the solution is saved as ``solution.py`` and imported (its
+  ``if __name__ == "__main__":`` block does not run), then the tests run in the same interpreter;
+* a list of ``{"input": …, "output": …}`` cases, or ``{"inputs": [...], "outputs": [...]}`` (APPS / DeepCoder
+  style): the solution runs as a program once per case with that standard input; its standard output must
+  equal the expected one up to trailing whitespace on each line and trailing blank lines. With ``fn_name`` in
+  that object, the cases are calls instead: ``fn_name(*inputs[i]) == outputs[i]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from scalerl.errors import UserError
+from scalerl.tasks.answers import after_thinking, extract_code
+from scalerl.tasks.base import Problem
+from scalerl.tasks.files import StaticTask, field_of, file_problems, format_prompt, record_id, resolve_template
+from scalerl.tasks.files import validate_params
+from scalerl.tasks.registry import TASKS
+from scalerl.tasks.sandbox import SandboxLimits, SandboxResult, run_python
+
+PROMPT_FIELDS = ("prompt", "question", "problem")
+TESTS_FIELDS = ("tests", "test", "test_cases", "input_output")
+
+# Runs the tests against solution.py with the solution's names in scope, private ones included.
+_PRELUDE = (
+    "import solution as _solution\n"
+    "globals().update({k: v for k, v in vars(_solution).items() if not (k.startswith('__') and k.endswith('__'))})\n"
+)
+
+
+class CodeParams(BaseModel):
+    """``task.params`` of the ``code`` task (see docs/tasks.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str  # the problems (train, and validation unless val_path is given)
+    val_path: str | None = None  # a separate held-out validation file
+    template: str | None = None  # a name in scalerl.tasks.files.TEMPLATES or a string with {question}
+    cpu_seconds: float = Field(5.0, gt=0)  # per test program (per case for stdin/stdout tests)
+    wall_seconds: float | None = Field(None, gt=0)
+    memory_mb: int = Field(512, ge=64)
+    site_packages: bool = False  # let solutions import installed packages, not just the standard library
+
+
+def parse_tests(value: Any, entry_point: str | None, source: str, index: int) -> dict[str, Any]:
+    """A problem's tests in one of the documented formats -> ``{"kind": "script", "source": …}`` or
+    ``{"kind": "stdio", "cases": [[input, output], …]}``; a UserError naming the record otherwise."""
+    where = f"{source}: record {index + 1}"
+    if isinstance(value, str) and value.strip()[:1] in ("[", "{"):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            pass  # test code that happens to start with a bracket
+    if isinstance(value, str) and value.strip():
+        call = f"\ncheck({entry_point})\n" if entry_point and "def check(" in value else "\n"
+        return {"kind": "script", "source": value + call}
+    if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
+        return {"kind": "script", "source": "\n".join(value) + "\n"}
+    if isinstance(value, list) and value and all(isinstance(t, dict) and {"input", "output"} <= t.keys() for t in value):
+        return {"kind": "stdio", "cases": [[_text(t["input"]), _text(t["output"])] for t in value]}
+    if isinstance(value, dict) and {"inputs", "outputs"} <= value.keys():
+        inputs, outputs = value["inputs"], value["outputs"]
+        if isinstance(inputs, list) and isinstance(outputs, list) and inputs and len(inputs) == len(outputs):
+            if value.get("fn_name"):
+                name = str(value["fn_name"])
+                _check_identifier(name, where, "fn_name")
+                calls = [f"assert {name}(*{_args(i)!r}) == {o!r}" for i, o in zip(inputs, outputs)]
+                return {"kind": "script", "source": "\n".join(calls) + "\n"}
+            return {"kind": "stdio", "cases": [[_text(i), _text(o)] for i, o in zip(inputs, outputs)]}
+    raise UserError(
+        f"{where}: tests must be a non-empty list of assert statements, a string of test code, a list of "
+        "{input, output} cases, or {inputs: [...], outputs: [...]} of equal length"
+    )
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else "\n".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _args(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def _check_identifier(name: str, where: str, field: str) -> None:
+    if not name.isidentifier():
+        raise UserError(f"{where}: {field} {name!r} is not a Python identifier")
+
+
+def _same_output(actual: str, expected: str) -> bool:
+    def lines(text: str) -> list[str]:
+        out = [line.rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+        while out and not out[-1]:
+            out.pop()
+        return out
+
+    return lines(actual) == lines(expected)
+
+
+def check_solution(code: str, tests: dict[str, Any], limits: SandboxLimits) -> SandboxResult:
+    """Run ``code`` against ``tests`` (from ``parse_tests``); the result of the first failing run, else of the
+    last run. ``passed`` is true iff every test passed."""
+    if tests["kind"] == "script":
+        return run_python(_PRELUDE + tests["source"], limits, files={"solution.py": code})
+    result = None
+    for number, (stdin, expected) in enumerate(tests["cases"], 1):
+        result = run_python(code, limits, stdin=stdin, strict=False)
+        if not result.passed:
+            return result
+        if result.stdout_truncated or not _same_output(result.stdout, expected):
+            return dataclasses.replace(result, passed=False, reason=f"wrong output on test case {number}")
+    assert result is not None  # parse_tests never gives an empty case list
+    return result
+
+
+@functools.lru_cache(maxsize=4096)
+def _tests_of(answer: str) -> dict[str, Any]:
+    return json.loads(answer)
+
+
+class CodeGrader:
+    """Correct iff the program in the completion passes all the problem's tests in the sandbox."""
+
+    def __init__(self, limits: SandboxLimits) -> None:
+        self.limits = limits
+
+    def __call__(self, problem: Problem, completion: str) -> bool:
+        code = extract_code(after_thinking(completion))
+        if not code.strip():
+            return False
+        return check_solution(code, _tests_of(problem.answer), self.limits).passed
+
+
+def _code_problem(template: str, record: dict[str, Any], source: str, index: int) -> Problem:
+    prompt = str(field_of(record, PROMPT_FIELDS, "prompt", source, index))
+    entry_point = record.get("entry_point")
+    if entry_point is not None:
+        _check_identifier(str(entry_point), f"{source}: record {index + 1}", "entry_point")
+    tests = parse_tests(field_of(record, TESTS_FIELDS, "tests", source, index), entry_point, source, index)
+    # the answer carries the tests, so a Problem can be graded wherever it travels
+    return Problem(id=record_id(record, source, index), prompt=format_prompt(template, prompt), answer=json.dumps(tests))
+
+
+@TASKS.register("code")
+def make_code_task(*, seed: int = 0, n_train: int = 4000, n_val: int = 256, **params: Any) -> StaticTask:
+    """The ``code`` task: problems with unit tests from ``path`` (optional ``val_path``, ``template``) and the
+    sandbox limits per test run (``cpu_seconds``, ``wall_seconds``, ``memory_mb``, ``site_packages``)."""
+    p = validate_params(CodeParams, params, "code")
+    limits = SandboxLimits(
+        cpu_seconds=p.cpu_seconds, wall_seconds=p.wall_seconds, memory_mb=p.memory_mb, site_packages=p.site_packages
+    )
+    make = functools.partial(_code_problem, resolve_template(p.template))
+    train, val = file_problems(p.path, p.val_path, seed, n_train, n_val, make)
+    return StaticTask("code", train, val, CodeGrader(limits))

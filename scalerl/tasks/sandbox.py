@@ -1,0 +1,590 @@
+"""Run untrusted Python (model-written code and its unit tests, paper §4 / A.3) in a contained child process.
+
+Threat model. The code comes from a policy being trained with RL, which exploits whatever the grader lets it get
+away with, and may be broken in every way (infinite loops, memory and fork bombs, writes everywhere). The sandbox
+keeps the *host* intact against such code on Linux, and keeps the *verdict* honest against programs that end
+early. Two layers:
+
+Contained by the operating system (these hold even when the Python layer below is defeated):
+  * CPU time (RLIMIT_CPU, whole seconds: SIGXCPU, then SIGKILL a second later), address space (RLIMIT_AS), file
+    size (RLIMIT_FSIZE, stdout/stderr included), open files (RLIMIT_NOFILE), no core dumps; a wall-clock timeout
+    after which the host SIGKILLs the child's whole process group (the child starts a new session).
+  * Processes: where the kernel allows (as root, or through an unprivileged user namespace) the code runs as
+    PID 1 of a new PID namespace, so every process it starts dies with it, also those that called ``setsid``;
+    it gets SIGKILL when its launcher dies (PR_SET_PDEATHSIG).
+  * As root, the code runs under a fresh unprivileged uid (``UID_BASE`` + the launcher's pid) without
+    capabilities, so RLIMIT_NPROC binds (it never binds root) and a fork bomb stops at ``max_processes``
+    (processes + threads); file permissions refuse writes outside the working directory, except in
+    world-writable directories such as /tmp, and reading other processes' ``/proc/PID/environ``. When the
+    interpreter's standard library is not readable by other users (a Python under /root), that uid keeps
+    CAP_DAC_READ_SEARCH to import it: it may then *read* any file, still write none it does not own. Without
+    root, the code keeps the caller's uid and RLIMIT_NPROC is the caller's task count plus ``max_processes``.
+  * Network: a new network namespace (no interface up; 127.0.0.1 is unreachable). Unix sockets bound to paths
+    are not cut off by it; file permissions guard those.
+  * PR_SET_NO_NEW_PRIVS: no set-uid program gives privileges back.
+  * Environment: empty (only ``HOME`` and ``TMPDIR``, both the working directory), so no secret is inherited.
+    The working directory is a fresh temporary directory, deleted afterwards with everything in it.
+
+Contained only by an in-process audit hook (``sys.addaudithook``, PEP 578), which refuses: process creation
+(``os.fork``, ``subprocess``, ``os.system``, ``os.exec*``, ``posix_spawn``) and signals to processes; sockets;
+``ctypes``; opening for writing - or removing, renaming, linking, chmod-ing - anything outside the working
+directory; reading files outside the working directory and the standard library (so /proc and the host's files
+are off limits). **An audit hook is not a security boundary**: code in the same interpreter can get around it
+(a memory-corruption bug in an extension module; calls it never sees, such as ``os.mkfifo`` or ``os.open`` with
+``dir_fd``; a path swapped between the check and the use). It turns most hostile actions into a clean
+``PermissionError``; the OS layer is what holds when it fails. Writes into world-writable directories (/tmp,
+/dev/shm) are stopped by the hook alone, and inside the working directory only the size of each file is bounded,
+not their number.
+
+Not contained: reading world-readable files once the hook is bypassed; kernel exploits; side channels; CPU
+contention (limits are per process, not a share of the machine); and on non-Linux systems everything but the
+rlimits, the timeout and the hook. For untrusted code at scale, run the trainer itself in a VM or a seccomp
+container (gVisor, Firecracker) and keep this sandbox as the inner layer.
+
+The verdict (``strict``, the default): ``passed`` means the program ran to its end with no uncaught exception
+(``SystemExit`` included, so ``sys.exit(0)`` in a solution cannot skip the tests after it) and the runner then
+printed a per-run random token the program was not given (so ``os._exit(0)`` does not pass either). A program
+written against this runner can still read the token from the runner's frame, and tests that run in the same
+interpreter as the solution can be fooled by it (an object whose ``__eq__`` is always true); stdin/stdout tests,
+compared as text in the host, cannot.
+
+Layout: the first half of this file is the child's launcher program, run once per sandboxed run as
+``python -I -S sandbox.py CFG_FD STATUS_FD``; it imports only a few cheap standard modules, so start-up stays
+short. The host-side API (``run_python``, ``SandboxLimits``, ``SandboxResult``) follows its entry point.
+"""
+
+from __future__ import annotations
+
+import marshal
+import os
+import signal
+import sys
+
+UID_BASE = 1_000_000  # sandbox uids are UID_BASE + the launcher's pid: unique among live sandboxes
+MARKER = "__scalerl_sandbox_done__ "
+SETUP_FAILED = 125  # the worker's exit status when the sandbox could not be set up (not the code's fault)
+CPU_EXIT = 128 + signal.SIGXCPU  # the worker's exit status when its CPU time ran out
+
+# ============================================================================ child side
+# This part runs in the launcher process `python -I -S sandbox.py CFG_FD STATUS_FD`, started by the host
+# in a new session. The launcher sets up namespaces, forks the worker, waits for it and reports its exit status
+# and CPU time on STATUS_FD. The worker drops privileges, applies the limits, installs the audit hook and runs
+# main.py.
+
+CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 1, 8, 38
+CAP_DAC_READ_SEARCH = 2
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def _libc() -> Any:
+    """The C library, for the Linux calls the os module lacks (unshare, prctl, capset); None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes  # the worker drops it from sys.modules; the audit hook refuses importing it again
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def _enter_namespaces(libc: Any, layers: list[str]) -> bool:
+    """New network + PID namespaces: directly as root, else inside a new user namespace. Returns whether the
+    process is (real) root and may switch to the sandbox uid. Best effort: without namespaces, no layer."""
+    root = os.geteuid() == 0
+    if root and libc.unshare(CLONE_NEWNET | CLONE_NEWPID) == 0:
+        layers += ["netns", "pidns"]
+        return True
+    uid, gid = os.geteuid(), os.getegid()
+    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) == 0:
+        try:
+            for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+                with open(f"/proc/self/{name}", "w") as fh:
+                    fh.write(text)
+        except OSError:
+            pass
+        layers += ["userns", "netns", "pidns"]
+    return False
+
+
+def _set_capabilities(libc: Any, mask: int) -> None:
+    """Keep only the capabilities in ``mask`` (effective and permitted; none inheritable)."""
+    import ctypes
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    data = (Data * 2)()
+    data[0].effective = data[0].permitted = mask
+    _check(libc.capset(ctypes.byref(Header(_LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
+
+
+def _tasks_of_uid(uid: int) -> int:
+    """Processes + threads owned by ``uid`` (what RLIMIT_NPROC counts)."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        except OSError:
+            continue
+        if int(fields.get("Uid", "-1").split()[0]) == uid:
+            count += int(fields.get("Threads", "1"))
+    return count
+
+
+def _apply_limits(cfg: dict[str, Any], nproc: int | None) -> None:
+    import resource
+
+    cpu = cfg["cpu"]
+    for limit, value in (
+        (resource.RLIMIT_AS, cfg["memory"]), (resource.RLIMIT_FSIZE, cfg["fsize"]), (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_NOFILE, cfg["nofile"]), (resource.RLIMIT_NPROC, nproc),
+    ):
+        if value is not None:
+            resource.setrlimit(limit, (value, value))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+
+
+def _make_audit_hook(work: str, read_roots: list[str]) -> Callable[[str, tuple[Any, ...]], None]:
+    """The in-process policy (see the module docstring). Paths are resolved with ``realpath`` against the
+    current directory (or the directory of a ``dir_fd``)."""
+    import posixpath
+
+    realpath, join, fsdecode = posixpath.realpath, posixpath.join, os.fsdecode
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    readable_files = {"/dev/null", "/dev/zero", "/dev/urandom", "/dev/random"}
+    refused = {
+        "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "os.startfile",
+        "subprocess.Popen", "os.kill", "os.killpg", "signal.pthread_kill", "resource.setrlimit", "resource.prlimit",
+        "os.chroot", "os.setns", "os.unshare",
+    }
+    refused_prefixes = ("socket.", "ctypes.", "syslog.", "_ctypes.")
+    refused_imports = {"ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels",
+                       "_testcapi", "_testinternalcapi"}
+    # event -> positions of (path, dir_fd) pairs that the event may change
+    changes = {
+        "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),), "os.rename": ((0, 2), (1, 3)),
+        "os.link": ((1, 3),), "os.symlink": ((1, 2),), "os.chmod": ((0, 2),), "os.chown": ((0, 3),),
+        "os.truncate": ((0, None),), "os.utime": ((0, 3),), "os.setxattr": ((0, None),),
+        "os.removexattr": ((0, None),), "os.chflags": ((0, None),), "os.lchflags": ((0, None),),
+        "shutil.rmtree": ((0, 1),), "shutil.copyfile": ((1, None),), "shutil.copytree": ((1, None),),
+        "shutil.move": ((0, None), (1, None)),
+    }
+
+    def resolve(path: Any, dir_fd: Any = None) -> str | None:
+        if isinstance(path, int):
+            return None  # an already-open descriptor: it was checked when it was opened
+        path = fsdecode(path)
+        if isinstance(dir_fd, int) and dir_fd >= 0 and not path.startswith("/"):
+            path = join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        return realpath(path)
+
+    def under(path: str, roots: list[str]) -> bool:
+        return any(path == root or path.startswith(root + "/") for root in roots)
+
+    def refuse(*what: Any) -> None:
+        raise PermissionError(f"sandbox: {' '.join(map(str, what))} is not allowed")
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "open":
+            path, mode, flags = args
+            resolved = resolve(path)
+            if resolved is None:
+                return
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & write_flags
+            )
+            if writing and not under(resolved, [work]):
+                refuse("writing", resolved)
+            if not writing and not under(resolved, [work, *read_roots]) and resolved not in readable_files:
+                refuse("reading", resolved)
+        elif event in changes:
+            for path_at, fd_at in changes[event]:
+                if path_at < len(args) and args[path_at] is not None:
+                    dir_fd = args[fd_at] if fd_at is not None and fd_at < len(args) else None
+                    resolved = resolve(args[path_at], dir_fd)
+                    if resolved is not None and not under(resolved, [work]):
+                        refuse(event, resolved)
+        elif event in refused or event.startswith(refused_prefixes):
+            refuse(event)
+        elif event == "import" and args[0] in refused_imports:
+            refuse("import", args[0])
+
+    return hook
+
+
+def _run_worker(cfg: dict[str, Any], nonce: str, uid: int | None, libc: Any, layers: list[str]) -> None:
+    """In the forked worker: drop privileges, apply limits, install the hook, run main.py; never returns."""
+    if libc is not None:
+        _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        if cfg["os_isolation"]:
+            _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    if uid is not None:
+        nproc = cfg["nproc"]
+    else:  # RLIMIT_NPROC counts every task of our uid, the caller's included
+        nproc = _tasks_of_uid(os.getuid()) + cfg["nproc"] if libc is not None else None
+    _apply_limits(cfg, nproc)
+    keep = (1 << CAP_DAC_READ_SEARCH) if cfg["read_all"] else 0
+    if uid is not None:
+        _check(libc.prctl(PR_SET_KEEPCAPS, 1 if keep else 0, 0, 0, 0), "prctl(KEEPCAPS)")
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        _set_capabilities(libc, keep)
+    elif "userns" in layers:
+        _set_capabilities(libc, 0)
+    signal.signal(signal.SIGXCPU, lambda *_: os._exit(CPU_EXIT))
+    import builtins
+
+    for name in ("exit", "quit"):  # normally added by the site module, which -S skips
+        if not hasattr(builtins, name):
+            setattr(builtins, name, sys.exit)
+    sys.path.insert(0, cfg["work"])
+    sys.argv = ["main.py"]
+    sys.modules.pop("ctypes", None)
+    main = sys.modules["__main__"] = type(sys)("__main__")  # a fresh __main__, not this launcher module
+    main.__file__ = "main.py"
+    write, exit_now = os.write, os._exit
+    if cfg["audit_hook"]:
+        sys.addaudithook(_make_audit_hook(os.path.realpath(cfg["work"]), cfg["read_roots"]))
+
+    try:
+        with open("main.py", encoding="utf-8") as fh:
+            code = compile(fh.read(), "main.py", "exec")
+        exec(code, main.__dict__)
+    except SystemExit as exc:
+        if cfg["strict"] or exc.code not in (None, 0):  # not strict: sys.exit(0) is a normal end
+            sys.__excepthook__(*sys.exc_info())
+            _flush()
+            exit_now(exc.code if isinstance(exc.code, int) and not cfg["strict"] else 1)
+    except BaseException:  # noqa: BLE001 - any exception means the program did not finish
+        sys.__excepthook__(*sys.exc_info())
+        _flush()
+        exit_now(1)
+    _flush()
+    try:
+        write(1, f"\n{MARKER}{nonce}\n".encode())
+    except OSError:  # the code closed its stdout
+        exit_now(1)
+    exit_now(0)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - the code may have replaced or closed the stream
+            pass
+
+
+def _launcher(cfg_fd: int, status_fd: int) -> int:
+    with os.fdopen(cfg_fd, "rb") as fh:
+        cfg = marshal.loads(fh.read())
+    nonce = cfg.pop("nonce")
+    layers = ["session", "rlimits", "empty_env"]
+    import resource  # noqa: F401 - loaded before entering a user namespace, where it may no longer be readable
+
+    libc = _libc()
+    can_switch_uid = _enter_namespaces(libc, layers) if cfg["os_isolation"] and libc else False
+    uid = UID_BASE + os.getpid() if can_switch_uid else None
+    if uid is not None:
+        os.chown(cfg["work"], uid, uid)
+        layers += ["uid", "no_caps" if not cfg["read_all"] else "cap_dac_read_search_only"]
+    elif "userns" in layers:
+        layers.append("no_caps")
+    if cfg["os_isolation"] and libc:
+        layers.append("no_new_privs")
+    if cfg["audit_hook"]:
+        layers.append("audit_hook")
+    worker = os.fork()
+    if worker == 0:
+        try:
+            os.close(status_fd)
+            _run_worker(cfg, nonce, uid, libc, layers)
+        except BaseException as exc:  # noqa: BLE001 - report any setup failure and never fall through
+            os.write(2, f"sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+        os._exit(SETUP_FAILED)
+    del nonce
+    _, status, usage = os.wait4(worker, 0)
+    report = {"exit": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime, "layers": layers,
+              "uid": uid}
+    os.write(status_fd, marshal.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_launcher(int(sys.argv[1]), int(sys.argv[2])))
+
+
+# ============================================================================ host side
+# Imported here, below the launcher's entry point, so that the child never pays for them.
+import math  # noqa: E402
+import secrets  # noqa: E402
+import select  # noqa: E402
+import shutil  # noqa: E402
+import stat  # noqa: E402
+import subprocess  # noqa: E402
+import sysconfig  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from functools import lru_cache  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any, Callable, Mapping  # noqa: E402
+
+from scalerl.errors import UserError  # noqa: E402
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resource limits of one sandboxed run (per process; see the module docstring)."""
+
+    cpu_seconds: float = 5.0
+    wall_seconds: float | None = None  # default: 2 x cpu_seconds + 1
+    memory_mb: int = 512  # address space (RLIMIT_AS); Python itself needs ~30 MB
+    file_size_mb: int = 16  # largest file the code may write, its stdout and stderr included
+    max_processes: int = 16  # processes + threads the sandbox uid may hold (RLIMIT_NPROC)
+    max_open_files: int = 64
+    output_bytes: int = 1_000_000  # stdout / stderr kept in the result (the tail)
+    site_packages: bool = False  # let the code import installed packages (numpy...), not just the stdlib
+
+    def __post_init__(self) -> None:
+        positive = {"cpu_seconds": self.cpu_seconds, "memory_mb": self.memory_mb, "file_size_mb": self.file_size_mb,
+                    "max_processes": self.max_processes, "max_open_files": self.max_open_files,
+                    "output_bytes": self.output_bytes, "wall_seconds": self.wall_seconds}
+        for name, value in positive.items():
+            if value is not None and value <= 0:
+                raise UserError(f"sandbox limit {name} must be positive, got {value}")
+
+    @property
+    def wall(self) -> float:
+        return self.wall_seconds if self.wall_seconds is not None else 2 * self.cpu_seconds + 1
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    passed: bool  # ran to its end without an uncaught exception (not strict: exited with status 0)
+    timed_out: bool  # the wall-clock limit ran out and the host killed it
+    killed: bool  # ended by a signal: timeout, CPU limit, or a crash
+    reason: str  # one line: "passed", or why not
+    returncode: int | None  # the code's exit status (negative: killed by that signal); None if unknown
+    stdout: str  # up to limits.output_bytes, the tail if longer
+    stderr: str
+    stdout_truncated: bool
+    wall_s: float
+    cpu_s: float | None
+    isolation: tuple[str, ...]  # the layers that were in force, e.g. ("netns", "pidns", "uid", ...)
+    uid: int | None  # the uid the code ran under, when the sandbox switched to its own
+
+
+def run_python(
+    source: str,
+    limits: SandboxLimits | None = None,
+    *,
+    files: Mapping[str, str] | None = None,
+    stdin: str | None = None,
+    strict: bool = True,
+    audit_hook: bool = True,
+    os_isolation: bool = True,
+) -> SandboxResult:
+    """Run ``source`` as ``__main__`` in a fresh sandbox; ``files`` are written next to it first (``solution.py``
+    can then be imported); ``stdin`` is its standard input (empty by default).
+
+    ``strict``: passing needs the program to run to its end (for a program followed by its tests); otherwise
+    any exit status 0 passes, ``sys.exit(0)`` included (for a stdin/stdout program). ``audit_hook`` and
+    ``os_isolation`` switch the two layers (both on by default; tests turn one off to see the other hold)."""
+    limits = limits or SandboxLimits()
+    host_dir = Path(tempfile.mkdtemp(prefix="scalerl-sandbox-"))
+    try:
+        os.chmod(host_dir, 0o711)  # the sandbox uid may pass through to work/, not list or open host files
+        work = host_dir / "work"
+        work.mkdir(mode=0o700)
+        for name, text in {**(files or {}), "main.py": source}.items():
+            target = (work / name).resolve()
+            if work.resolve() not in target.parents:
+                raise ValueError(f"sandbox file name {name!r} leaves the working directory")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+        (host_dir / "stdin").write_text(stdin or "", encoding="utf-8")
+        config = {
+            "work": str(work), "nonce": secrets.token_hex(16), "audit_hook": audit_hook, "strict": strict,
+            "os_isolation": os_isolation, "read_all": not _stdlib_readable_by_others(),
+            "read_roots": _read_roots(limits.site_packages), "cpu": max(1, math.ceil(limits.cpu_seconds)),
+            "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20,
+            "nproc": limits.max_processes, "nofile": limits.max_open_files,
+        }
+        return _launch(host_dir, work, config, limits)
+    finally:
+        _remove_tree(host_dir)
+
+
+def _launch(host_dir: Path, work: Path, config: dict[str, Any], limits: SandboxLimits) -> SandboxResult:
+    cfg_r, cfg_w = os.pipe()
+    status_r, status_w = os.pipe()
+    command = [sys.executable, "-I", "-B", "-u", *([] if limits.site_packages else ["-S"])]
+    command += [os.path.abspath(__file__), str(cfg_r), str(status_w)]
+    started = time.monotonic()
+    try:
+        with open(host_dir / "stdin", "rb") as fin, open(host_dir / "stdout", "wb") as fout, \
+                open(host_dir / "stderr", "wb") as ferr:
+            proc = subprocess.Popen(
+                command, stdin=fin, stdout=fout, stderr=ferr, cwd=work, pass_fds=(cfg_r, status_w),
+                env={"HOME": str(work), "TMPDIR": str(work)}, start_new_session=True,
+            )
+        os.close(cfg_r)
+        os.close(status_w)
+        cfg_r = status_w = -1
+        with os.fdopen(cfg_w, "wb") as fh:
+            cfg_w = -1
+            fh.write(marshal.dumps(config))
+        timed_out = _wait_then_kill_group(proc, limits.wall)
+        wall = time.monotonic() - started
+        status = _read_status(status_r)
+    finally:
+        for fd in (cfg_r, cfg_w, status_w, status_r):
+            if fd >= 0:
+                os.close(fd)
+    stdout, truncated = _tail(host_dir / "stdout", limits.output_bytes)
+    stderr, _ = _tail(host_dir / "stderr", limits.output_bytes)
+    token = MARKER + config["nonce"]
+    completed = token in stdout
+    stdout = stdout.replace("\n" + token + "\n", "").replace(token, "")
+    completed = completed or not config["strict"]
+    return _verdict(status, proc.returncode, timed_out, completed, stdout, stderr, truncated, wall, limits)
+
+
+def _wait_then_kill_group(proc: subprocess.Popen[bytes], wall: float) -> bool:
+    """Wait up to ``wall`` seconds for the launcher, then SIGKILL its whole process group and reap it.
+
+    The group is killed *before* the launcher is reaped (a pidfd tells when it has exited), so the group id
+    cannot have been reused by an unrelated process in between."""
+    try:
+        pidfd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        pidfd = -1
+    if pidfd >= 0:
+        try:
+            timed_out = not select.select([pidfd], [], [], wall)[0]
+        finally:
+            os.close(pidfd)
+    else:  # no pidfd (old kernel, not Linux): reap first, then clean up the group (a small reuse race)
+        try:
+            proc.wait(wall)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            timed_out = True
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    return timed_out
+
+
+def _read_status(fd: int) -> dict[str, Any] | None:
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    try:
+        return marshal.loads(b"".join(chunks))
+    except (EOFError, ValueError, TypeError):
+        return None
+
+
+def _tail(path: Path, limit: int) -> tuple[str, bool]:
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        fh.seek(max(0, size - limit))
+        data = fh.read()
+    return data.decode("utf-8", errors="replace"), size > limit
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+def _verdict(
+    status: dict[str, Any] | None, launcher_rc: int, timed_out: bool, completed: bool, stdout: str, stderr: str,
+    truncated: bool, wall: float, limits: SandboxLimits,
+) -> SandboxResult:
+    code = status.get("exit") if status else None
+    cpu = status.get("cpu") if status else None
+    killed = timed_out or (code is not None and (code < 0 or code == CPU_EXIT))
+    if timed_out:
+        reason = f"wall-clock timeout after {limits.wall:g} s"
+    elif status is None or (code == SETUP_FAILED and _last_line(stderr).startswith("sandbox setup failed")):
+        reason = f"sandbox setup failed (launcher exit status {launcher_rc}): {_last_line(stderr)}"
+    elif code == 0 and completed:
+        reason = "passed"
+    elif code == 0:
+        reason = "exited before the end of the program (exit status 0 without the runner's completion token)"
+    elif code == CPU_EXIT or code == -signal.SIGXCPU or (code == -signal.SIGKILL and (cpu or 0) >= limits.cpu_seconds):
+        reason = f"CPU time limit ({limits.cpu_seconds:g} s) exceeded"
+    elif code < 0:
+        reason = f"killed by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+    elif "MemoryError" in _last_line(stderr):
+        reason = f"memory limit ({limits.memory_mb} MB) exceeded: MemoryError"
+    elif code == 1 and _last_line(stderr):
+        reason = f"uncaught exception: {_last_line(stderr)}"
+    else:
+        reason = f"exited with status {code}"
+    return SandboxResult(
+        passed=reason == "passed", timed_out=timed_out, killed=killed, reason=reason, returncode=code,
+        stdout=stdout, stderr=stderr, stdout_truncated=truncated, wall_s=wall, cpu_s=cpu,
+        isolation=tuple(status.get("layers", ())) if status else (), uid=status.get("uid") if status else None,
+    )
+
+
+def _remove_tree(path: Path) -> None:
+    """Delete the sandbox directory even where the code took permissions away (it cannot when it ran as
+    another uid; it can when it ran as ours)."""
+
+    def make_writable(func: Callable[..., Any], name: str, _exc: Any) -> None:
+        parent = os.path.dirname(name)
+        for target in (parent, name):
+            try:
+                os.chmod(target, stat.S_IRWXU)
+            except OSError:
+                pass
+        func(name)
+
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=make_writable)
+    else:
+        shutil.rmtree(path, onerror=make_writable)
+
+
+def _read_roots(site_packages: bool) -> list[str]:
+    names = ["stdlib", "platstdlib"] + (["purelib", "platlib"] if site_packages else [])
+    paths = sysconfig.get_paths()
+    return sorted({os.path.realpath(paths[n]) for n in names if n in paths})
+
+
+@lru_cache(maxsize=1)
+def _stdlib_readable_by_others() -> bool:
+    """True when a uid with no privileges can import the standard library (and installed packages)."""
+    for root in _read_roots(site_packages=True):
+        path = Path(root)
+        if not (path.exists() and path.stat().st_mode & stat.S_IROTH):
+            return False
+        for parent in [path, *path.parents]:
+            if not parent.stat().st_mode & stat.S_IXOTH:
+                return False
+    return True
