@@ -25,13 +25,21 @@ class Forecaster:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.x, self.y = list(state["x"]), list(state["y"])
 
-    def _fit(self, ci: bool) -> Any | None:
+    def _fit(self, ci: bool, source: str = "run") -> Any | None:
         from scalerl import curves
 
         if len(self.x) < self.cfg.min_points:
             return None
         try:
-            return curves.fit_curve(self.x, self.y, fit_from=self.cfg.fit_from, ci=ci)
+            return curves.fit_curve(
+                self.x,
+                self.y,
+                fit_from=self.cfg.fit_from,
+                ci=ci,
+                source=source,
+                x_name="compute/device_hours",
+                y_name="val/pass_rate",
+            )
         except curves.FitError:
             return None
 
@@ -58,10 +66,9 @@ class Forecaster:
         from scalerl import curves
         from scalerl.atomic import write_json
 
-        fit = self._fit(ci=True)
+        fit = self._fit(ci=True, source=str(Path(run_dir) / "metrics.jsonl"))
         if fit is None:
             return {"fit": None, "points": len(self.x)}
-        fit.source = str(Path(run_dir) / "metrics.jsonl")
         write_json(Path(run_dir) / "fit.json", {"fits": [fit.to_json()]})
         curves.plot_fits([fit], Path(run_dir) / "curve.png", title=title)
         return {"fit": fit.to_json(), "points": len(self.x)}

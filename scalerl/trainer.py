@@ -89,14 +89,14 @@ class Trainer:
             "train/staleness_mean": staleness[has_tokens].float().mean().item() if has_tokens.any() else 0.0,
             "train/staleness_max": float(staleness.max().item()) if has_tokens.any() else 0.0,
             "train/stale_dropped": float(stale.sum().item()),
+            "train/inflight_frac": (batch.version_span() > 0).float().mean().item(),
             "train/zero_var_frac": algo.zero_variance_frac(batch.rewards, batch.group),
             "train/samples": float(batch.n),
             "train/samples_kept": float(keep.sum().item()),
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         self.version += 1
-        if not keep.any():
-            self.lr_schedule.step()
+        if not keep.any():  # nothing to learn from: no optimizer step, and the LR warm-up does not advance
             stats.update({"loss": 0.0, "grad_norm": 0.0, "train/skipped": 1.0})
             return stats
         stats.update(self._update(batch.select(keep)))
@@ -123,13 +123,11 @@ class Trainer:
         stats["train/adv_abs_mean"] = adv.abs().mean().item()
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
-            self.lr_schedule.step()
             return {**stats, "loss": float("nan"), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
-            self.lr_schedule.step()
             return {**stats, "loss": loss.item(), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
         self.optimizer.step()
         self.lr_schedule.step()

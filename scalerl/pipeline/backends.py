@@ -2,8 +2,8 @@
 schedule (``pipeline/schedules.py``) says when each batch may start and whether weights load in flight.
 
 * ``InlineBackend``: generator and trainer take turns in one process (one device). When batch ``s`` is
-  needed it generates, with the newest weights, every pending batch that may start at the same version:
-  the whole group of ``k`` under PPO-off-policy-k, just batch ``s`` under PipelineRL.
+  needed it generates, with the newest weights, the pending batches of its group: the whole group of ``k``
+  under PPO-off-policy-k, just batch ``s`` under PipelineRL (which, run sequentially, is on-policy).
 * ``ProcessBackend``: the generator runs concurrently in a child process (its own core), takes weights from
   shared memory between decode steps (PipelineRL) or between groups (PPO-off-policy), and streams batches
   back. This is PipelineRL proper: generation never waits for the optimizer step.
@@ -51,8 +51,8 @@ class InlineBackend:
             version, weights = self.channel.snapshot()
             if version != self.worker.version:
                 self.worker.load(version, weights)
-            limit = self.schedule.min_version(index)
-            for b in [b for b in self.pending if self.schedule.min_version(b) <= limit]:
+            group = index // self.schedule.group
+            for b in [b for b in self.pending if b // self.schedule.group == group]:
                 self.ready[b] = self.worker.generate(self.pending.pop(b))
         return self.ready.pop(index)
 

@@ -56,6 +56,15 @@ class RolloutBatch:
         oldest = v.min(dim=1).values
         return torch.where(oldest == big, torch.full_like(oldest, -1), oldest)
 
+    def version_span(self) -> torch.Tensor:
+        """[N] newest minus oldest policy version among each sequence's sampled tokens: > 0 when new weights
+        arrived while the sequence was being generated (an in-flight update, §3.1)."""
+        sampled = self.loss_mask > 0
+        small = torch.iinfo(torch.long).min
+        newest = torch.where(sampled, self.versions, torch.full_like(self.versions, small)).max(dim=1).values
+        oldest = self.oldest_version()
+        return torch.where(oldest >= 0, newest - oldest, torch.zeros_like(oldest))
+
     def select(self, keep: torch.Tensor) -> "RolloutBatch":
         """The sequences where ``keep`` [N] is True (whole groups, when used with group filters)."""
         out: dict[str, Any] = {}
