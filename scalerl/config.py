@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from scalerl.errors import UserError
 
@@ -141,6 +141,12 @@ class RunConfig(Strict):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_shorthand(cls, value: Any) -> Any:
+        """``--set model=smollm2-135m`` is short for ``--set model.name=smollm2-135m``."""
+        return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _names_exist(self) -> "RunConfig":

@@ -4,19 +4,17 @@ run's length control, and the pass rate is the mean over all samples."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from scalerl.models.base import Tokenizer
-from scalerl.pipeline.generator import encode_prompt
 from scalerl.tasks.base import Problem, Task
 
 
 @torch.no_grad()
 def evaluate(
     engine: Any,
-    tokenizer: Tokenizer,
+    encode: Callable[[str], list[int]],
     task: Task,
     problems: Sequence[Problem],
     n_samples: int,
@@ -29,7 +27,7 @@ def evaluate(
     per_chunk = max(1, chunk // n_samples)
     for start in range(0, len(problems), per_chunk):
         part = problems[start : start + per_chunk]
-        prompts = [encode_prompt(tokenizer, p.prompt) for p in part]
+        prompts = [encode(p.prompt) for p in part]
         samples = engine.generate(prompts, n=n_samples, length=length, seed=seed + start)
         for p, group in zip(part, samples):
             for s in group:

@@ -26,6 +26,8 @@ class ModelBundle:
     make_engine: Callable[..., Any]
     # shape facts for compute accounting: n_params, n_layers, d_model, vocab_size
     spec: dict[str, int] = field(default_factory=dict)
+    # task prompt text -> model prompt text (a chat template, a <think> opener); None: the text as it is
+    format_prompt: Callable[[str], str] | None = None
 
 
 MODELS: Registry[Callable[..., ModelBundle]] = Registry("model")

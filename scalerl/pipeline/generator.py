@@ -8,12 +8,13 @@ never touch the trainer's parameters.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from scalerl.build import build_length_control, build_model, build_task
 from scalerl.config import RunConfig
 from scalerl.engines.base import WeightSource
 from scalerl.models.base import Tokenizer
+from scalerl.models.registry import ModelBundle
 from scalerl.pipeline.batch import Request, RolloutBatch, collate
 
 
@@ -26,6 +27,12 @@ def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
     return ids
 
 
+def prompt_encoder(bundle: ModelBundle) -> Callable[[str], list[int]]:
+    """Task prompt text -> model prompt tokens, through the model's prompt format (chat template) if any."""
+    fmt = bundle.format_prompt or (lambda text: text)
+    return lambda text: encode_prompt(bundle.tokenizer, fmt(text))
+
+
 class GeneratorWorker:
     def __init__(self, cfg: RunConfig, task: Any | None = None) -> None:
         self.cfg = cfg
@@ -33,6 +40,7 @@ class GeneratorWorker:
         self.problems = {p.id: p for p in self.task.train_problems()}
         bundle = build_model(cfg.model, cfg.seed)
         self.tokenizer = bundle.tokenizer
+        self.encode = prompt_encoder(bundle)
         self.engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
         self.length = build_length_control(cfg)
 
@@ -45,7 +53,7 @@ class GeneratorWorker:
 
     def generate(self, request: Request, weight_source: WeightSource | None = None) -> RolloutBatch:
         problems = [self.problems[i] for i in request.problem_ids]
-        prompts = [encode_prompt(self.tokenizer, p.prompt) for p in problems]
+        prompts = [self.encode(p.prompt) for p in problems]
         t0 = time.perf_counter()
         samples = self.engine.generate(
             prompts, n=self.cfg.batch.generations, length=self.length, seed=request.seed, weight_source=weight_source

