@@ -40,6 +40,9 @@ class InlineBackend:
     def submit(self, request: Request) -> None:
         self.pending[request.index] = request
 
+    def publish(self, state_dict: Any, version: int) -> None:
+        self.channel.publish(state_dict, version)
+
     def put_ready(self, batch: RolloutBatch) -> None:
         self.ready[batch.index] = batch
 
@@ -84,6 +87,7 @@ class ProcessBackend:
     devices = 2
 
     def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, ctx: Any, threads: int = 1) -> None:
+        self.channel = channel
         self.requests = ctx.Queue()
         self.results = ctx.Queue()
         self.ready: dict[int, RolloutBatch] = {}
@@ -97,6 +101,9 @@ class ProcessBackend:
 
     def submit(self, request: Request) -> None:
         self.requests.put(asdict(request))
+
+    def publish(self, state_dict: Any, version: int) -> None:
+        self.channel.publish(state_dict, version)
 
     def put_ready(self, batch: RolloutBatch) -> None:
         self.ready[batch.index] = batch
@@ -132,3 +139,19 @@ class ProcessBackend:
         if self.proc.is_alive():
             self.proc.terminate()
             self.proc.join(timeout=5)
+
+
+def backend_devices(cfg: RunConfig) -> int:
+    """Devices a run occupies, for ``compute/device_hours``: the trainer plus its generators."""
+    return {"inline": InlineBackend.devices, "local": ProcessBackend.devices}[cfg.backend]
+
+
+def make_backend(
+    cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any = None, threads: int = 1
+) -> "InlineBackend | ProcessBackend":
+    """The backend ``cfg.backend`` names, holding the trainer's weights at ``version``."""
+    if cfg.backend == "local":
+        ctx = torch.multiprocessing.get_context("spawn")
+        channel = WeightChannel(state_dict, version=version, ctx=ctx)
+        return ProcessBackend(cfg, schedule, channel, ctx, threads=threads)
+    return InlineBackend(cfg, schedule, WeightChannel(state_dict, version=version), task=task)

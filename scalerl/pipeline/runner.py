@@ -33,11 +33,10 @@ from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import UserError
 from scalerl.evaluate import evaluate
 from scalerl.forecast import Forecaster
-from scalerl.pipeline.backends import InlineBackend, ProcessBackend
+from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import prompt_encoder
 from scalerl.pipeline.schedules import SCHEDULES
-from scalerl.pipeline.weights import WeightChannel
 from scalerl.progress import RunDisplay
 from scalerl.runlog import METRICS, RunLog, load_latest_checkpoint, save_checkpoint
 from scalerl.atomic import write_text
@@ -101,7 +100,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     trainer = Trainer(model, cfg, schedule)
     length = build_length_control(cfg)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
-    devices = cfg.devices or (ProcessBackend.devices if local else InlineBackend.devices)
+    devices = cfg.devices or backend_devices(cfg)
     meter = ComputeMeter(devices=devices, n_params=int(bundle.spec.get("n_params", 0)))
     forecaster = Forecaster(cfg.forecast)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
@@ -128,13 +127,8 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     if resume:
         log.truncate(step if ckpt is not None else -1)
 
-    ctx = torch.multiprocessing.get_context("spawn") if local else None
-    channel = WeightChannel(model.state_dict(), version=trainer.version, ctx=ctx)
-    backend: InlineBackend | ProcessBackend
-    if local:
-        backend = ProcessBackend(cfg, schedule, channel, ctx, threads=max(1, cores - threads) if cfg.threads is None else cfg.threads)
-    else:
-        backend = InlineBackend(cfg, schedule, channel, task=task)
+    gen_threads = cfg.threads or max(1, cores - threads)
+    backend = make_backend(cfg, schedule, model.state_dict(), trainer.version, task=task, threads=gen_threads)
     for batch in saved_batches:
         backend.put_ready(batch)
     ready_ids = {b.index for b in saved_batches}
@@ -194,7 +188,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
                 stats = trainer.step(batch)
                 _update_curriculum(curriculum, batch)
                 if trainer.version % schedule.group == 0:
-                    channel.publish(model.state_dict(), trainer.version)
+                    backend.publish(model.state_dict(), trainer.version)
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
                 meter.add_batch(prompt_tokens, int(batch.completion_lengths.sum()), int(batch.attention_mask.sum()))
                 meter.add_time(time.perf_counter() - t0)
