@@ -37,8 +37,9 @@ class InlineBackend:
         self.pending: "OrderedDict[int, Request]" = OrderedDict()
         self.ready: dict[int, RolloutBatch] = {}
 
-    def submit(self, request: Request) -> None:
-        self.pending[request.index] = request
+    def submit(self, requests: list[Request]) -> None:
+        for request in requests:
+            self.pending[request.index] = request
 
     def publish(self, state_dict: Any, version: int) -> None:
         self.channel.publish(state_dict, version)
@@ -55,8 +56,9 @@ class InlineBackend:
             if version != self.worker.version:
                 self.worker.load(version, weights)
             group = index // self.schedule.group
-            for b in [b for b in self.pending if b // self.schedule.group == group]:
-                self.ready[b] = self.worker.generate(self.pending.pop(b))
+            requests = [self.pending.pop(b) for b in list(self.pending) if b // self.schedule.group == group]
+            for batch in self.worker.generate(requests):
+                self.ready[batch.index] = batch
         return self.ready.pop(index)
 
     def close(self) -> None:
@@ -68,17 +70,18 @@ def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, 
     try:
         worker = GeneratorWorker(RunConfig.model_validate(cfg_data))
         while True:
-            item = requests.get()
-            if item is None:
+            items = requests.get()
+            if items is None:
                 break
-            request = Request(**item)
-            while channel.version() < schedule.min_version(request.index):
-                time.sleep(0.001)
-            version, weights = channel.snapshot()
-            if version != worker.version:
-                worker.load(version, weights)
-            source = channel.poll if schedule.inflight else None
-            results.put(worker.generate(request, weight_source=source).to_payload())
+            for group in schedule.split([Request(**item) for item in items]):
+                while channel.version() < schedule.min_version(group[0].index):
+                    time.sleep(0.001)
+                version, weights = channel.snapshot()
+                if version != worker.version:
+                    worker.load(version, weights)
+                source = channel.poll if schedule.inflight else None
+                for batch in worker.generate(group, weight_source=source):
+                    results.put(batch.to_payload())
     except BaseException:  # report to the trainer process instead of dying silently
         results.put({"error": traceback.format_exc()})
 
@@ -99,8 +102,9 @@ class ProcessBackend:
         )
         self.proc.start()
 
-    def submit(self, request: Request) -> None:
-        self.requests.put(asdict(request))
+    def submit(self, requests: list[Request]) -> None:
+        """Requests issued together; the schedule's groups among them are generated as one batch each."""
+        self.requests.put([asdict(r) for r in requests])
 
     def publish(self, state_dict: Any, version: int) -> None:
         self.channel.publish(state_dict, version)

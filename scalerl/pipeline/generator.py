@@ -51,22 +51,36 @@ class GeneratorWorker:
     def load(self, version: int, state_dict: Any) -> None:
         self.engine.load_weights(state_dict, version)
 
-    def generate(self, request: Request, weight_source: WeightSource | None = None) -> RolloutBatch:
-        problems = [self.problems[i] for i in request.problem_ids]
-        prompts = [self.encode(p.prompt) for p in problems]
+    def generate(self, requests: list[Request], weight_source: WeightSource | None = None) -> list[RolloutBatch]:
+        """One engine call for all ``requests`` (a PPO-off-policy group of k batches is generated as one big
+        batch with frozen weights, §3.1), split back into one ``RolloutBatch`` per request."""
+        problems = [[self.problems[i] for i in r.problem_ids] for r in requests]
+        flat = [p for ps in problems for p in ps]
         t0 = time.perf_counter()
         samples = self.engine.generate(
-            prompts, n=self.cfg.batch.generations, length=self.length, seed=request.seed, weight_source=weight_source
+            [self.encode(p.prompt) for p in flat],
+            n=self.cfg.batch.generations,
+            length=self.length,
+            seed=requests[0].seed,
+            weight_source=weight_source,
         )
-        verdicts = [[self.task.grade(p, s.text) for s in group] for p, group in zip(problems, samples)]
-        return collate(
-            request,
-            problems,
-            samples,
-            verdicts,
-            pad_id=self.tokenizer.pad_id,
-            reward_correct=self.cfg.reward.correct,
-            reward_incorrect=self.cfg.reward.incorrect,
-            length_control=self.length,
-            gen_seconds=time.perf_counter() - t0,
-        )
+        seconds = (time.perf_counter() - t0) / len(requests)
+        batches, start = [], 0
+        for request, ps in zip(requests, problems):
+            part = samples[start : start + len(ps)]
+            start += len(ps)
+            verdicts = [[self.task.grade(p, s.text) for s in group] for p, group in zip(ps, part)]
+            batches.append(
+                collate(
+                    request,
+                    ps,
+                    part,
+                    verdicts,
+                    pad_id=self.tokenizer.pad_id,
+                    reward_correct=self.cfg.reward.correct,
+                    reward_incorrect=self.cfg.reward.incorrect,
+                    length_control=self.length,
+                    gen_seconds=seconds,
+                )
+            )
+        return batches

@@ -132,9 +132,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     for batch in saved_batches:
         backend.put_ready(batch)
     ready_ids = {b.index for b in saved_batches}
-    for index in sorted(pending):
-        if index not in ready_ids:
-            backend.submit(pending[index])
+    backend.submit([r for i, r in sorted(pending.items()) if i not in ready_ids])
 
     display = RunDisplay(cfg, enabled=show_progress)
     start = time.perf_counter() - wall_offset
@@ -178,11 +176,14 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
                 run_eval()  # R0: the reward at zero training compute
                 last_eval_step = 0
             while step < cfg.steps and (budget_s is None or wall() < budget_s):
+                issued = []
                 while next_request < cfg.steps and schedule.min_version(next_request) <= trainer.version:
                     req = Request(next_request, curriculum.next_ids(cfg.batch.prompts), batch_seed(cfg.seed, next_request))
                     pending[next_request] = req
-                    backend.submit(req)
+                    issued.append(req)
                     next_request += 1
+                if issued:
+                    backend.submit(issued)
                 t0 = time.perf_counter()
                 batch = backend.next_batch(step)
                 stats = trainer.step(batch)

@@ -32,6 +32,13 @@ class Schedule:
             return max(0, batch_index - self.k)
         return (batch_index // self.group) * self.group
 
+    def split(self, requests: list) -> list[list]:
+        """Consecutive requests (objects with ``.index``) cut into the groups generated together."""
+        groups: dict[int, list] = {}
+        for r in requests:
+            groups.setdefault(r.index // self.group, []).append(r)
+        return list(groups.values())
+
     def max_staleness(self) -> int:
         """Largest (trainer version - token version) a trained token can have under this schedule."""
         return self.k if self.inflight else self.group - 1
