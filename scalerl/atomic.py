@@ -14,6 +14,12 @@ from pathlib import Path
 from typing import IO, Any, Iterator
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; on success it replaces ``path``, on error it is removed.
@@ -28,6 +34,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as fh:
             os.fsync(fh.fileno())
+        os.chmod(tmp_path, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the mode open() would
         os.replace(tmp_path, target)
     finally:
         if tmp_path.exists():

@@ -1,0 +1,275 @@
+"""``scalerl fit`` and ``scalerl compare``: the predictive framework of §1–§2 on the command line.
+
+``fit`` fits Eq. 1 to each PATH, prints A (with its interval), B, Cmid and the extrapolation check, and can write
+``--json`` (design.md's format) and a ``--plot``. ``compare`` ranks runs by the paper's rules (A first; within
+``--margin``, B at a shared A). Imports of numpy/scipy/matplotlib happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Optional
+
+import typer
+
+from scalerl.errors import UserError
+
+if TYPE_CHECKING:
+    from scalerl.curves import FitResult
+
+# options shared by fit and compare (typer reads these as defaults, so one object serves both commands)
+X_OPTION = typer.Option(
+    "compute/device_hours", "--x",
+    help="Compute column (metrics key, CSV column, TensorBoard tag, or step/wall_time for TensorBoard).",
+)
+Y_OPTION = typer.Option("val/pass_rate", "--y", help="Reward column: the held-out pass rate by default.")
+FROM_OPTION = typer.Option(
+    None, "--fit-from", metavar="C",
+    help="Fit only points with compute ≥ C (drop the noisy early regime; the paper starts at ~1.5k GPU-h).",
+)
+UNTIL_OPTION = typer.Option(
+    None, "--fit-until", metavar="C",
+    help="Fit only points with compute ≤ C: an absolute value, or a fraction of the largest compute (0.5 or 50%); "
+    "later points are held out and scored.",
+)
+METHOD_OPTION = typer.Option(
+    "vp", "--method",
+    help="vp: variable projection, the exact least-squares optimum (default); paper: the paper's grid search.",
+)
+BOUNDS_OPTION = typer.Option(
+    True, "--bounds/--no-bounds", help="Keep 0 ≤ R0 ≤ A ≤ 1 (pass rates); --no-bounds for rewards such as ±1."
+)
+LEVEL_OPTION = typer.Option(0.95, "--level", help="Confidence level of the interval on A.")
+
+
+def _parse_until(text: Optional[str]) -> tuple[Optional[float], Optional[float]]:
+    """``--fit-until``: (absolute, fraction). Values ≤ 1 and values ending in % are fractions of the largest compute."""
+    if text is None:
+        return None, None
+    s = text.strip()
+    try:
+        value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise UserError(f"--fit-until {text!r} is not a number; give a compute value or a fraction such as 0.5 or 50%") from None
+    if not value > 0:
+        raise UserError(f"--fit-until must be positive, got {text}")
+    if s.endswith("%") or value <= 1:
+        if value > 1:
+            raise UserError(f"--fit-until {text}: a fraction must be at most 100%")
+        return None, value
+    return value, None
+
+
+def _parse_points(values: List[str], flag: str) -> list[float]:
+    """Repeatable and comma-separated numbers: ``--predict-at 8000,16000 --predict-at 32000``."""
+    out = []
+    for v in values:
+        for part in filter(None, (p.strip() for p in v.split(","))):
+            try:
+                out.append(float(part))
+            except ValueError:
+                raise UserError(f"{flag} {part!r} is not a number") from None
+    if any(c < 0 for c in out):
+        raise UserError(f"{flag}: compute must be ≥ 0")
+    return out
+
+
+def _fit_paths(
+    paths: List[Path],
+    x: str,
+    y: str,
+    fit_from: Optional[float],
+    fit_until: Optional[str],
+    method: str,
+    bounds: bool,
+    level: float,
+    predict_at: Optional[List[str]] = None,
+    target: Optional[float] = None,
+) -> list["FitResult"]:
+    """Load and fit every path; any user mistake is raised before anything is written."""
+    from scalerl.curves import FIT_METHODS, fit_series, load_series
+
+    FIT_METHODS.get(method, "--method")
+    until_abs, until_frac = _parse_until(fit_until)
+    points = _parse_points(predict_at or [], "--predict-at")
+    fits = []
+    for path in paths:
+        series = load_series(path, x, y)
+        predict = points or [float(series.x.max()), 2 * float(series.x.max())]
+        fits.append(
+            fit_series(
+                series,
+                method=method,
+                fit_from=fit_from,
+                fit_until=until_abs,
+                fit_until_fraction=until_frac,
+                bounded=bounds,
+                level=level,
+                predict_at=predict,
+                target=target,
+            )
+        )
+    return fits
+
+
+def _interval(f: "FitResult") -> str:
+    return f.format_interval() or "–"
+
+
+def _print_warnings(messages: list[str]) -> None:
+    for w in dict.fromkeys(messages):
+        typer.echo(f"warning: {w}", err=True)
+
+
+def _emit_json(obj: Any) -> None:
+    typer.echo(json.dumps(obj, indent=2, allow_nan=False))
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(width=max(Console().width, 150), highlight=False)
+
+
+def _print_fits(fits: list["FitResult"]) -> None:
+    from rich.table import Table
+
+    from scalerl.curves.fit import format_compute as _c
+    from scalerl.curves.plot import short_name
+
+    table = Table(title=f"Eq. 1 fits (method {fits[0].method})")
+    cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
+    for col in cols + ("held-out |err| mean / max",):
+        table.add_column(col, no_wrap=True)
+    for f in fits:
+        h = f.heldout
+        table.add_row(
+            short_name(f.source),
+            str(f.n_points),
+            f"{_c(f.fit_window[0])}–{_c(f.fit_window[1])}",
+            f"{f.R0:.3f}" + ("" if f.R0_fixed else " (fit)"),
+            f"{f.A:.3f}",
+            _interval(f),
+            "yes" if f.identified else "NO",
+            f"{f.B:.2f}",
+            _c(f.Cmid),
+            f"{f.rmse:.4f}",
+            f"{h['mean_abs_err']:.4f} / {h['max_abs_err']:.4f} ({h['n']} points)" if h else "–",
+        )
+    console = _console()
+    console.print(table)
+    for f in fits:
+        lines = [f"at {_c(c)}: {r:.3f}" for c, r in f.predictions]
+        if f.target:
+            lines.append(f"target {f.target['y']:g}: {f.target['note']}")
+        if lines:
+            console.print(f"{short_name(f.source)} predicts {f.y_name} " + "; ".join(lines))
+
+
+def fit(
+    paths: List[Path] = typer.Argument(..., help="Run directories, metrics.jsonl, CSV, or TensorBoard event files."),
+    x: str = X_OPTION,
+    y: str = Y_OPTION,
+    fit_from: Optional[float] = FROM_OPTION,
+    fit_until: Optional[str] = UNTIL_OPTION,
+    predict_at: Optional[List[str]] = typer.Option(
+        None, "--predict-at", metavar="C", help="Predict the reward at these computes (repeatable, or 8000,16000)."
+    ),
+    target: Optional[float] = typer.Option(None, "--target", metavar="R", help="Report the compute that reaches R."),
+    method: str = METHOD_OPTION,
+    bounds: bool = BOUNDS_OPTION,
+    level: float = LEVEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the fits as JSON (design.md format) instead of a table."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Write a figure (.png, .svg, .pdf)."),
+) -> None:
+    """Fit Eq. 1, R = R0 + (A − R0)/(1 + (Cmid/C)^B), to each PATH and extrapolate it (§1–§2)."""
+    from scalerl.curves import plot_fits
+    from scalerl.curves.plot import check_figure_path
+
+    if plot is not None:
+        check_figure_path(plot)
+    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target)
+    _print_warnings([w for f in fits for w in f.warnings])
+    if plot is not None:
+        plot_fits(fits, plot)
+    if as_json:
+        _emit_json({"fits": [f.to_json() for f in fits]})
+    else:
+        _print_fits(fits)
+        if plot is not None:
+            typer.echo(f"wrote {plot}")
+
+
+def compare(
+    paths: List[Path] = typer.Argument(..., help="Two or more runs (run directories, metrics.jsonl, CSV, TensorBoard)."),
+    x: str = X_OPTION,
+    y: str = Y_OPTION,
+    fit_from: Optional[float] = FROM_OPTION,
+    fit_until: Optional[str] = UNTIL_OPTION,
+    margin: float = typer.Option(0.02, "--margin", help="A values within this margin are tied and ranked by B (§2)."),
+    method: str = METHOD_OPTION,
+    bounds: bool = BOUNDS_OPTION,
+    level: float = LEVEL_OPTION,
+    as_json: bool = typer.Option(False, "--json", help="Print the ranking as JSON instead of a table."),
+    plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Overlay figure of all fits."),
+    slope_plot: Optional[Path] = typer.Option(
+        None, "--slope-plot", metavar="FILE", help="Linearised figure, log F(R) vs log C at the mean A (§1.3)."
+    ),
+) -> None:
+    """Rank runs by the paper's rules: A first; runs within --margin are refit at their mean A and ranked by B."""
+    from scalerl.curves import compare_fits, plot_fits, plot_linearised
+    from scalerl.curves.plot import check_figure_path
+
+    for fig in (plot, slope_plot):
+        if fig is not None:
+            check_figure_path(fig)
+    if len(paths) < 2:
+        raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
+    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level)
+    result = compare_fits(fits, margin=margin)
+    _print_warnings([w for f in fits for w in f.warnings] + result.warnings)
+    if plot is not None:
+        plot_fits(fits, plot)
+    if slope_plot is not None:
+        plot_linearised(result.common_fits, slope_plot)
+    if as_json:
+        _emit_json(result.to_json())
+        return
+    _print_comparison(result)
+    for fig in (plot, slope_plot):
+        if fig is not None:
+            typer.echo(f"wrote {fig}")
+
+
+def _print_comparison(result: Any) -> None:
+    from rich.table import Table
+
+    from scalerl.curves.fit import format_compute as _c
+    from scalerl.curves.plot import short_name
+
+    table = Table(title=f"Ranking (§2): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
+    cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A")
+    for col in cols:
+        table.add_column(col, no_wrap=True)
+    for r in result.ranked:
+        tied = r.group_A is not None
+        table.add_row(
+            str(r.rank),
+            short_name(r.fit.source),
+            f"{r.fit.A:.3f}",
+            _interval(r.fit),
+            "yes" if r.fit.identified else "NO",
+            f"{r.fit.B:.2f}",
+            _c(r.fit.Cmid),
+            str(r.group) if tied else "–",
+            f"{r.group_A:.3f}" if tied else "–",
+            f"{r.refit.B:.2f}" if r.refit else "–",
+            _c(r.refit.Cmid) if r.refit else "–",
+        )
+    _console().print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fit")(fit)
+    app.command("compare")(compare)

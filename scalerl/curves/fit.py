@@ -1,0 +1,292 @@
+"""Fit Eq. 1 to a measured curve and extrapolate it: the paper's predictive framework (§1, §2).
+
+:func:`fit_curve` is the one entry point (the CLI, ``compare``, the trainer's live forecast and the report all
+call it). It selects the fit window, fixes R0 to the reward measured at compute 0 when there is one (design.md;
+the paper's "initial reward at 0 training compute", §1.1), runs the chosen method, puts a confidence interval
+on A (:mod:`.uncertainty`), flags an unidentified asymptote, and scores the held-out tail after the window —
+the paper's extrapolation check (§2: fit on the first part, predict the rest).
+
+Raises :class:`~scalerl.curves.series.FitError` (a ``UserError``) when the data cannot be fitted; a
+caller fitting while data is still arriving should catch exactly that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from scalerl.curves import paper, uncertainty, vp
+from scalerl.curves.series import FitError, Series, TooFewPoints, check
+from scalerl.curves.sigmoid import Array, sigmoid, sigmoid_inverse
+from scalerl.errors import UserError
+from scalerl.registry import Registry
+
+FIT_METHODS: Registry[Callable[[vp.Problem, vp.Grid], vp.Params]] = Registry("fit method")
+FIT_METHODS.register("vp")(lambda p, grid: vp.fit(p, grid))
+FIT_METHODS.register("paper")(lambda p, grid: paper.fit(p))
+
+
+@dataclass
+class FitResult:
+    """A fitted Eq. 1 curve with its data, interval, checks and predictions. ``to_json()`` is the CLI's format."""
+
+    source: str
+    x_name: str
+    y_name: str
+    method: str
+    R0: float
+    A: float
+    B: float
+    Cmid: float
+    R0_fixed: bool
+    A_fixed: bool
+    bounded: bool
+    A_ci: tuple[float | None, float | None] | None  # None: not computed; a None end: open (unbounded)
+    A_ci_open: tuple[bool, bool]
+    ci_level: float
+    identified: bool
+    n_points: int
+    fit_window: tuple[float, float]
+    rmse: float
+    sse: float
+    x: Array  # every point of the source, in training order
+    y: Array
+    in_window: Array  # bool mask over x: the points fitted
+    predictions: list[tuple[float, float]] = field(default_factory=list)
+    heldout: dict[str, float] | None = None
+    target: dict[str, Any] | None = None
+    noise: dict[str, float] | None = None
+    warnings: list[str] = field(default_factory=list)
+
+    def predict(self, c: Any) -> Array:
+        """Eq. 1 at compute ``c`` with the fitted parameters."""
+        return sigmoid(c, self.R0, self.A, self.B, self.Cmid)
+
+    def compute_to_reach(self, r: float) -> float:
+        """The compute at which the fitted curve reaches reward ``r`` (``inf`` if it never does)."""
+        return float(sigmoid_inverse(r, self.R0, self.A, self.B, self.Cmid))
+
+    def format_interval(self) -> str:
+        """``[lo, hi]`` of the interval on A, ``open`` for an end the profile never reached; '' if there is none."""
+        if self.A_ci is None or self.A_fixed:
+            return ""
+        (lo, hi), (lo_open, hi_open) = self.A_ci, self.A_ci_open
+        return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
+
+    @property
+    def heldout_mask(self) -> Array:
+        return self.x > self.fit_window[1]
+
+    @property
+    def excluded_mask(self) -> Array:
+        return ~self.in_window & ~self.heldout_mask
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "x": self.x_name,
+            "y": self.y_name,
+            "method": self.method,
+            "R0": self.R0,
+            "A": self.A,
+            "B": self.B,
+            "Cmid": self.Cmid,
+            "A_ci": list(self.A_ci) if self.A_ci is not None else None,
+            "identified": self.identified,
+            "n_points": self.n_points,
+            "fit_window": list(self.fit_window),
+            "rmse": self.rmse,
+            "predictions": [{"x": c, "y": r} for c, r in self.predictions],
+            "heldout": self.heldout,
+            "target": self.target,
+            "R0_fixed": self.R0_fixed,
+            "A_fixed": self.A_fixed,
+            "bounded": self.bounded,
+            "A_ci_open": list(self.A_ci_open),
+            "ci_level": self.ci_level,
+            "noise": self.noise,
+            "warnings": list(self.warnings),
+        }
+
+
+def format_compute(v: float) -> str:
+    """A compute value for people: 16,000 rather than 1.6e+04; tiny or huge values in scientific notation."""
+    return f"{v:,.0f}" if 100 <= abs(v) < 1e7 else f"{v:.3g}"
+
+
+def window_mask(x: Array, fit_from: float | None, fit_until: float | None) -> Array:
+    """Points fitted: compute > 0 (compute 0 gives R0), ≥ ``fit_from`` and ≤ ``fit_until``."""
+    m = x > 0
+    if fit_from is not None:
+        m &= x >= fit_from
+    if fit_until is not None:
+        m &= x <= fit_until
+    return m
+
+
+def fit_curve(
+    x: Sequence[float] | Array,
+    y: Sequence[float] | Array,
+    *,
+    method: str = "vp",
+    fit_from: float | None = None,
+    fit_until: float | None = None,
+    fit_until_fraction: float | None = None,
+    bounded: bool = True,
+    ci: bool = True,
+    level: float = 0.95,
+    R0: float | None = None,
+    A: float | None = None,
+    predict_at: Sequence[float] = (),
+    target: float | None = None,
+    source: str = "data",
+    x_name: str = "compute",
+    y_name: str = "reward",
+    rows: Sequence[int] | Array | None = None,
+) -> FitResult:
+    """Fit Eq. 1 ``R(C) = R0 + (A − R0)/(1 + (Cmid/C)^B)`` to points ``(x, y)`` given in training order.
+
+    ``fit_from``/``fit_until`` bound the window in compute units; ``fit_until_fraction`` (0 < f ≤ 1) sets it to a
+    fraction of the largest compute instead (the paper fits the first half and predicts the end, §2). R0 is fixed
+    to the mean reward at compute 0 when there is such a point (or to ``R0`` if given), otherwise fitted. ``A``
+    fixes the asymptote (the comparison rule of §2 refits runs at a shared A). With ``bounded``,
+    ``0 ≤ R0 ≤ A ≤ 1``. Raises :class:`FitError` when the data cannot be fitted."""
+    xa, ya = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
+    if xa.shape != ya.shape:
+        raise FitError(f"{source}: {xa.size} compute values but {ya.size} rewards")
+    row_ids = np.arange(1, xa.size + 1) if rows is None else np.asarray(rows)
+    check(xa, ya, row_ids, bounded=bounded, source=source)
+    if not 0 < level < 1:
+        raise UserError(f"confidence level must be between 0 and 1, got {level}")
+    if fit_until_fraction is not None:
+        if not 0 < fit_until_fraction <= 1:
+            raise UserError(f"fit-until fraction must be in (0, 1], got {fit_until_fraction}")
+        fit_until = fit_until_fraction * float(xa.max())
+    fit_method = FIT_METHODS.get(method, "method")
+
+    at_zero = xa == 0
+    R0_fixed = R0 is not None or bool(at_zero.any())
+    R0_val = float(R0) if R0 is not None else (float(ya[at_zero].mean()) if at_zero.any() else None)
+    if bounded and R0_val is not None and not 0 <= R0_val <= 1:
+        raise FitError(f"R0 = {R0_val:g} is outside [0, 1] while bounds are on; pass --no-bounds")
+    if bounded and A is not None and not (R0_val or 0.0) <= A <= 1:
+        raise UserError(f"fixed A = {A:g} must lie in [R0, 1] while bounds are on")
+
+    mask = window_mask(xa, fit_from, fit_until)
+    p = vp.Problem(xa[mask], ya[mask], R0=R0_val, A=A, bounded=bounded)
+    _check_window(p, source, fit_from, fit_until)
+
+    grid = vp.make_grid(p)
+    q = fit_method(p, grid)
+    A_ci, A_open, noise = _interval_on_A(p, q, grid, ci and A is None, method, level)
+    lo_x, hi_x = float(p.x.min()), float(p.x.max())
+    identified, warnings = not A_open[1], []
+    if A is not None:
+        A_ci = (A, A)
+    elif q.Cmid > hi_x:
+        identified = False
+        warnings.append(
+            f"{source}: the fit window ends at {format_compute(hi_x)}, before the curve's midpoint "
+            f"(Cmid ≈ {format_compute(q.Cmid)}): A is not identified yet; train past Cmid or fix A"
+        )
+    elif A_open[1]:
+        warnings.append(
+            f"{source}: the {level:.0%} interval on A is open at the top: the noise is too large for this window "
+            "to pin A down"
+        )
+
+    resid = p.y - sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
+    sse = float(resid @ resid)
+    result = FitResult(
+        source=source,
+        x_name=x_name,
+        y_name=y_name,
+        method=method,
+        R0=q.R0,
+        A=q.A,
+        B=q.B,
+        Cmid=q.Cmid,
+        R0_fixed=R0_fixed,
+        A_fixed=A is not None,
+        bounded=bounded,
+        A_ci=A_ci,
+        A_ci_open=A_open,
+        ci_level=level,
+        identified=identified,
+        n_points=int(p.x.size),
+        fit_window=(lo_x, hi_x),
+        rmse=float(np.sqrt(sse / p.x.size)),
+        sse=sse,
+        x=xa,
+        y=ya,
+        in_window=mask,
+        noise=noise,
+        warnings=warnings,
+    )
+    result.predictions = [(float(c), float(result.predict(c))) for c in predict_at]
+    result.heldout = _score_heldout(result)
+    if target is not None:
+        result.target = _target(result, float(target))
+    return result
+
+
+def _interval_on_A(
+    p: vp.Problem, q: vp.Params, grid: vp.Grid, wanted: bool, method: str, level: float
+) -> tuple[tuple[float | None, float | None] | None, tuple[bool, bool], dict[str, float] | None]:
+    """(A_ci, which ends are open, the noise estimate). An open end means the profile never rose above the
+    threshold before the search limit; it is reported as the bound when bounded, else as None."""
+    if not wanted:
+        return None, (False, False), None
+    best = q if method == "vp" else vp.fit(p, grid)  # the interval is a property of the data's likelihood
+    limits = uncertainty.a_limits(p, best)
+    if p.x.size <= p.n_params:  # no degrees of freedom left for a noise estimate
+        return (limits if p.bounded else (None, None)), (True, True), None
+    iv = uncertainty.profile_interval(p, best, grid, level)
+    lo, hi = (v if v is not None else (lim if p.bounded else None) for v, lim in zip((iv.lo, iv.hi), limits))
+    return (lo, hi), (iv.lo is None, iv.hi is None), {"kappa": iv.kappa, "phi": iv.phi, "dof": iv.dof}
+
+
+def fit_series(series: Series, **kwargs: Any) -> FitResult:
+    """:func:`fit_curve` on a :class:`Series` (source, column names and row numbers come with it)."""
+    res = fit_curve(
+        series.x, series.y, source=series.source, x_name=series.x_name, y_name=series.y_name, rows=series.rows, **kwargs
+    )
+    res.warnings[:0] = list(series.notes)
+    return res
+
+
+def _check_window(p: vp.Problem, source: str, fit_from: float | None, fit_until: float | None) -> None:
+    n, k = p.x.size, p.n_params
+    what = f"the fit window [{fit_from if fit_from is not None else 0:g}, {fit_until if fit_until is not None else 'end'}]"
+    why = "R0 fixed from the point at compute 0" if p.R0 is not None else "R0 fitted: no point at compute 0"
+    if n < k or np.unique(p.x).size < k:
+        raise TooFewPoints(
+            f"{source}: only {np.unique(p.x).size} distinct compute values in {what}; Eq. 1 has {k} free parameters "
+            f"here ({why}); widen the window or evaluate more often"
+        )
+    if np.ptp(p.y) == 0:
+        raise FitError(f"{source}: the reward is constant ({p.y[0]:g}) in {what}; there is no curve to fit")
+
+
+def _score_heldout(r: FitResult) -> dict[str, float] | None:
+    """Mean and max absolute error of the fitted curve on the points after the window (the extrapolation check)."""
+    m = r.heldout_mask
+    if not m.any():
+        return None
+    err = np.abs(r.y[m] - r.predict(r.x[m]))
+    return {"n": int(m.sum()), "mean_abs_err": float(err.mean()), "max_abs_err": float(err.max())}
+
+
+def _target(r: FitResult, goal: float) -> dict[str, Any]:
+    c = r.compute_to_reach(goal)
+    if np.isfinite(c):
+        return {"y": goal, "x": c, "reachable": True, "note": f"reaches {goal:g} at {r.x_name} ≈ {format_compute(c)}"}
+    rising = r.A >= r.R0
+    return {
+        "y": goal,
+        "x": None,
+        "reachable": False,
+        "note": f"never reaches {goal:g}: the asymptote A = {r.A:.4g} is {'below' if rising else 'above'} it",
+    }

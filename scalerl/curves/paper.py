@@ -1,0 +1,79 @@
+"""The paper's fitting procedure (``--method paper``, §2 and App. A.5), made fast.
+
+The paper grid-searches ``A ∈ {0.450, 0.455, …, 0.800}`` and 100 linearly spaced ``Cmid ∈ [100, 40000]``, fits B
+with ``scipy.optimize.curve_fit`` at every grid point, and keeps the grid point with the lowest squared error.
+Here the grids come from the data instead (A in steps of 0.005 from the lowest reward in the window up to 1 when
+bounded; 100 log-spaced Cmid from a tenth of the window's first compute to ten times its last), or are passed
+in explicitly to reproduce the paper's. B is found for every grid point at once: the squared error on a dense
+log-spaced B grid is evaluated from the projection sums (:mod:`.projection`), and only the grid points whose
+parabolic estimate of their best error can compete with the best are refined with a bounded 1-D minimisation.
+``bench/fit_speed.py`` checks the optimum against the literal per-point ``curve_fit``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.optimize import minimize_scalar
+
+from scalerl.curves import projection
+from scalerl.curves.sigmoid import Array
+from scalerl.curves.vp import B_RANGE, Params, Problem
+
+A_STEP = 0.005  # the paper's grid step on A
+N_CMID = 100  # the paper's number of Cmid values
+N_B = 96  # dense B values per (A, Cmid) before refinement
+_SLACK = 1e-3  # relative margin on the parabolic estimate when choosing which grid points to refine
+
+
+def default_grids(p: Problem) -> tuple[Array, Array]:
+    """Data-derived grids over A and Cmid (see the module docstring)."""
+    lo = float(p.y.min()) if p.R0 is None else max(float(p.y.min()), p.R0)
+    if p.bounded:
+        a_grid = np.arange(np.floor(lo / A_STEP) * A_STEP, 1.0 + A_STEP / 2, A_STEP)
+        a_grid = a_grid[(a_grid >= 0) & (a_grid <= 1)]
+    else:
+        span = float(np.ptp(p.y))
+        a_grid = np.linspace(lo, float(p.y.max()) + 2 * span, 200)
+    cmid_grid = np.geomspace(p.x.min() / 10, p.x.max() * 10, N_CMID)
+    return a_grid, cmid_grid
+
+
+def _sse_at(p: Problem, A: float, Cmid: float, log_B: float) -> float:
+    S = projection.sums(p.x, p.y, np.exp(log_B), Cmid)
+    return float(projection.solve(S, p.R0, A, p.bounded)[2])
+
+
+def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None) -> Params:
+    """The grid point (A, Cmid) with B fitted by least squares that has the lowest squared error."""
+    if a_grid is None or cmid_grid is None:
+        da, dc = default_grids(p)
+        a_grid = da if a_grid is None else np.asarray(a_grid, dtype=float)
+        cmid_grid = dc if cmid_grid is None else np.asarray(cmid_grid, dtype=float)
+    if p.A is not None:  # a fixed asymptote is a grid of one
+        a_grid = np.array([p.A])
+    log_b = np.linspace(np.log(B_RANGE[0]), np.log(B_RANGE[1]), N_B)
+    S = projection.sums(p.x, p.y, np.exp(log_b)[None, :], cmid_grid[:, None])  # (n_cmid, n_b)
+    _, _, sse = projection.solve(S, p.R0, a_grid[:, None, None], p.bounded)  # (n_a, n_cmid, n_b)
+    k = np.clip(sse.argmin(axis=2), 1, N_B - 2)
+    y0, y1, y2 = (np.take_along_axis(sse, (k + d)[..., None], axis=2)[..., 0] for d in (-1, 0, 1))
+    curvature = y0 - 2 * y1 + y2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        estimate = np.where(curvature > 0, y1 - (y2 - y0) ** 2 / (8 * curvature), y1)
+    estimate = np.minimum(estimate, sse.min(axis=2))
+    cutoff = estimate.min() * (1 + _SLACK) + 1e-15
+    best: Params | None = None
+    step = log_b[1] - log_b[0]
+    for i, j in np.argwhere(estimate <= cutoff):
+        A, Cmid, centre = float(a_grid[i]), float(cmid_grid[j]), float(log_b[k[i, j]])
+        res = minimize_scalar(
+            lambda lb: _sse_at(p, A, Cmid, lb),
+            bounds=(max(centre - step, log_b[0]), min(centre + step, log_b[-1])),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
+        S1 = projection.sums(p.x, p.y, np.exp(res.x), Cmid)
+        R0, _, e = projection.solve(S1, p.R0, A, p.bounded)
+        if best is None or float(e) < best.sse:
+            best = Params(float(R0), A, float(np.exp(res.x)), Cmid, float(e))
+    assert best is not None  # the cutoff always admits the grid point with the lowest estimate
+    return best

@@ -1,0 +1,128 @@
+"""Figures in the paper's style (Fig. 1, 2, 7): reward against log compute with the fitted Eq. 1 curves, and the
+linearised form ``log F(R)`` against ``log C`` whose slope is B (§1.3).
+
+Measured points inside the fit window are filled; points excluded from the fit (the early regime) and held-out
+points after the window are hollow. The fitted curve is solid over the window and dashed where it extrapolates;
+the asymptote A is a dotted line with its confidence band, and A, B, Cmid are in the legend. Figures are drawn
+on a bare ``matplotlib.figure.Figure`` (Agg canvas, no pyplot state) and written atomically.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from scalerl.atomic import atomic_path
+from scalerl.curves.fit import FitResult, format_compute
+from scalerl.curves.sigmoid import linearised
+from scalerl.errors import UserError
+
+FORMATS = ("png", "svg", "pdf")
+
+
+def check_figure_path(path: str | Path) -> str:
+    """The figure format from the file name; a UserError if it is not one matplotlib writes here."""
+    fmt = Path(path).suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise UserError(f"{path}: a figure must be named .png, .svg or .pdf")
+    return fmt
+
+
+def short_name(source: str) -> str:
+    """A legend label for a source path: the run directory for a metrics.jsonl, else the file's stem."""
+    p = Path(source)
+    if p.name == "metrics.jsonl" and p.parent.name:
+        return p.parent.name
+    return p.stem if p.suffix else p.name or source
+
+
+def _save(fig, path: str | Path) -> None:  # noqa: ANN001 - matplotlib Figure
+    fmt = check_figure_path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
+
+
+def plot_fits(
+    fits: Sequence[FitResult],
+    path: str | Path,
+    *,
+    title: str | None = None,
+    extrapolate_to: float | None = None,
+    labels: Sequence[str] | None = None,
+) -> None:
+    """Overlay measured points and fitted curves of ``fits`` on a log-compute axis and write the figure.
+
+    The dashed extrapolation runs to ``extrapolate_to`` × the largest measured compute (default: 1.5×, or
+    further to include every requested prediction)."""
+    from matplotlib.figure import Figure
+
+    check_figure_path(path)
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
+    colors = [f"C{i % 10}" for i in range(len(fits))]
+    for k, (f, color) in enumerate(zip(fits, colors)):
+        name = labels[k] if labels is not None else short_name(f.source)
+        pos = f.x > 0
+        filled = f.in_window & pos
+        ax.scatter(f.x[filled], f.y[filled], s=14, color=color, zorder=3)
+        hollow = ~f.in_window & pos
+        ax.scatter(f.x[hollow], f.y[hollow], s=16, facecolors="none", edgecolors=color, zorder=3)
+        x_max = float(f.x.max())
+        x_end = x_max * (extrapolate_to or 1.5)
+        x_end = max([x_end] + [c for c, _ in f.predictions])
+        lo, hi = f.fit_window
+        x_min = float(f.x[pos].min())
+        inside = np.geomspace(lo, hi, 200)
+        legend = f"{name}: A={f.A:.3f} {f.format_interval()}, B={f.B:.2f}, Cmid={format_compute(f.Cmid)}"
+        if not f.identified:
+            legend += " (A not identified)"
+        ax.plot(inside, f.predict(inside), color=color, lw=1.8, label=legend)
+        for a, b in ((x_min, lo), (hi, x_end)):
+            if b > a:
+                seg = np.geomspace(a, b, 120)
+                ax.plot(seg, f.predict(seg), color=color, lw=1.4, ls="--")
+        ax.axhline(f.A, color=color, lw=0.8, ls=":")
+        if f.A_ci is not None and not f.A_fixed and None not in f.A_ci:
+            ax.axhspan(f.A_ci[0], f.A_ci[1], color=color, alpha=0.10, lw=0)
+        for c, r in f.predictions:
+            ax.plot([c], [r], marker="*", ms=10, color=color, zorder=4)
+    ax.set_xscale("log")
+    ax.set_xlabel(fits[0].x_name if fits else "compute")
+    ax.set_ylabel(fits[0].y_name if fits else "reward")
+    ax.grid(True, which="both", alpha=0.25)
+    if fits:  # frame the data and the asymptotes; an open band simply runs off the top
+        shown = np.concatenate([f.y[f.x > 0] for f in fits] + [[f.A for f in fits]])
+        pad = 0.08 * (float(np.ptp(shown)) or 1.0)
+        ax.set_ylim(float(shown.min()) - pad, float(shown.max()) + 2 * pad)
+    if title:
+        ax.set_title(title)
+    ax.legend(fontsize=7.5, loc="upper left")
+    _save(fig, path)
+
+
+def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str | None = None) -> None:
+    """§1.3 / Fig. 7: ``log F(R)`` against ``log C`` for each fit (pass fits refitted at a common A, as the paper
+    does for its leave-one-out runs); each fitted curve is the line ``F = C^B``, so steeper is more efficient."""
+    from matplotlib.figure import Figure
+
+    check_figure_path(path)
+    fig = Figure(figsize=(6.5, 4.8))
+    ax = fig.add_subplot()
+    for i, f in enumerate(fits):
+        color = f"C{i % 10}"
+        m = f.in_window & (f.x > 0)
+        F = linearised(f.y[m], f.R0, f.A, f.B, f.Cmid)
+        ok = np.isfinite(F) & (F > 0)
+        ax.scatter(f.x[m][ok], F[ok], s=12, color=color, zorder=3)
+        c = np.geomspace(*f.fit_window, 50)
+        ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{short_name(f.source)}: B={f.B:.2f} (A={f.A:.3f})")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(f"{fits[0].x_name if fits else 'compute'} (log)")
+    ax.set_ylabel("F(R) = Cmid^B / ((A−R0)/(R−R0) − 1)")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title(title or "Linearised Eq. 1 at a common A: slope = B")
+    ax.legend(fontsize=8, loc="upper left")
+    _save(fig, path)

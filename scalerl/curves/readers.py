@@ -1,0 +1,174 @@
+"""Read a compute–reward series from what training runs leave behind (design.md "PATH may be ...").
+
+Supported: scalerl's own ``metrics.jsonl`` (flat keys, one object per line; lines without the requested keys,
+such as non-evaluation steps, are skipped; a truncated last line is skipped), a run directory (its
+``metrics.jsonl``, else the TensorBoard events in it or in a subdirectory such as ``tb/``), a CSV file with a header (including W&B history exports and
+W&B chart exports, whose columns are named ``"<run> - <metric>"``), and TensorBoard event files or directories
+(read with TensorBoard's own ``EventAccumulator``; ``--x`` may then be another scalar tag, joined on the step,
+or ``step`` / ``wall_time``).
+
+Rows whose values are missing are skipped silently (the metric was not logged there); rows whose values are
+present but not finite numbers are dropped and named in a note. Every problem with the path or the columns is a
+one-line :class:`~scalerl.errors.UserError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from scalerl.curves.series import Series, describe_rows
+from scalerl.errors import UserError
+
+DEFAULT_X = "compute/device_hours"
+DEFAULT_Y = "val/pass_rate"
+TB_PSEUDO_COLUMNS = ("step", "wall_time")
+
+
+def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Series:
+    """The (x, y) points of ``path`` in file order, with row numbers and notes about dropped rows."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p}: no such file or directory")
+    if p.is_dir():
+        if (p / "metrics.jsonl").is_file():
+            return _from_records(p / "metrics.jsonl", _jsonl_records(p / "metrics.jsonl"), x, y)
+        for d in [p, *sorted(c for c in p.iterdir() if c.is_dir())]:  # scalerl runs keep their events in tb/
+            if _event_files(d):
+                return _from_tensorboard(d, x, y)
+        raise UserError(f"{p}: a directory without metrics.jsonl or TensorBoard event files; give a run directory")
+    if p.stat().st_size == 0:
+        raise UserError(f"{p}: the file is empty")
+    if "tfevents" in p.name:
+        return _from_tensorboard(p, x, y)
+    if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) == "{":
+        return _from_records(p, _jsonl_records(p), x, y)
+    return _from_records(p, _csv_records(p), x, y)
+
+
+def _first_char(p: Path) -> str:
+    with open(p, encoding="utf-8", errors="replace") as fh:
+        return fh.read(256).lstrip()[:1]
+
+
+def _event_files(d: Path) -> list[Path]:
+    return sorted(f for f in d.iterdir() if f.is_file() and "tfevents" in f.name)
+
+
+Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # columns, (row, record), notes
+
+
+def _jsonl_records(p: Path) -> Records:
+    lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    columns: dict[str, None] = {}
+    out, notes = [], []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if i == last:
+                notes.append(f"{p}: skipped a truncated last line (line {i + 1})")
+                continue
+            raise UserError(f"{p}: line {i + 1} is not valid JSON; a metrics.jsonl has one JSON object per line")
+        if not isinstance(rec, dict):
+            raise UserError(f"{p}: line {i + 1} is not a JSON object; a metrics.jsonl has one object per line")
+        columns.update(dict.fromkeys(rec))
+        out.append((i + 1, rec))
+    if not out:
+        raise UserError(f"{p}: no JSON records in the file")
+    return list(columns), out, notes
+
+
+def _csv_records(p: Path) -> Records:
+    with open(p, newline="", encoding="utf-8-sig", errors="replace") as fh:
+        reader = csv.DictReader(fh, delimiter="\t" if p.suffix.lower() == ".tsv" else ",")
+        columns = [c for c in (reader.fieldnames or []) if c is not None]
+        rows = [(i + 2, {k: v for k, v in rec.items() if k is not None}) for i, rec in enumerate(reader)]
+    if not columns:
+        raise UserError(f"{p}: no header row; a CSV needs column names on its first line")
+    if not rows:
+        raise UserError(f"{p}: the CSV has a header but no rows")
+    return columns, rows, []
+
+
+def resolve_column(name: str, columns: Iterable[str], source: Path | str) -> str:
+    """``name`` itself, or the unique W&B chart-export column ``"<run> - name"``; else a UserError listing columns."""
+    columns = list(columns)
+    if name in columns:
+        return name
+    wandb = [c for c in columns if c.endswith(f" - {name}")]
+    if len(wandb) == 1:
+        return wandb[0]
+    shown = ", ".join(columns[:40]) + (f", … ({len(columns)} in all)" if len(columns) > 40 else "")
+    raise UserError(f"{source}: no column {name!r}; the columns there are: {shown}")
+
+
+def _number(v: Any) -> float | None:
+    """A float, None when missing, NaN when present but not a finite number."""
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    if isinstance(v, bool):
+        return math.nan
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return math.nan
+    return f if math.isfinite(f) else math.nan
+
+
+def _series(source: Path, x: str, y: str, points: list[tuple[int, Any, Any]], notes: list[str]) -> Series:
+    xs, ys, rows, bad = [], [], [], []
+    for row, xv, yv in points:
+        fx, fy = _number(xv), _number(yv)
+        if fx is None or fy is None:
+            continue
+        if math.isnan(fx) or math.isnan(fy):
+            bad.append(row)
+            continue
+        xs.append(fx)
+        ys.append(fy)
+        rows.append(row)
+    if bad and not xs:
+        raise UserError(f"{source}: no numeric ({x}, {y}) pairs; rows {describe_rows(bad)} hold non-numbers or NaN")
+    if not xs:
+        raise UserError(f"{source}: no row has both {x!r} and {y!r}")
+    if bad:
+        notes = [*notes, f"{source}: dropped {len(bad)} row(s) with non-numeric or NaN {x}/{y}: {describe_rows(bad)}"]
+    return Series(str(source), x, y, np.array(xs), np.array(ys), np.array(rows), tuple(notes))
+
+
+def _from_records(source: Path, records: Records, x: str, y: str) -> Series:
+    columns, rows, notes = records
+    xc, yc = resolve_column(x, columns, source), resolve_column(y, columns, source)
+    return _series(source, x, y, [(row, rec.get(xc), rec.get(yc)) for row, rec in rows], notes)
+
+
+def _from_tensorboard(path: Path, x: str, y: str) -> Series:
+    from tensorboard.backend.event_processing import event_accumulator
+
+    acc = event_accumulator.EventAccumulator(str(path), size_guidance={event_accumulator.SCALARS: 0})
+    try:
+        acc.Reload()
+    except Exception as exc:  # a corrupt or foreign file: TensorBoard raises many kinds
+        raise UserError(f"{path}: not a readable TensorBoard event file ({type(exc).__name__}: {exc})") from None
+    tags = list(acc.Tags().get(event_accumulator.SCALARS, []))
+    if not tags:
+        raise UserError(f"{path}: no scalar summaries in the TensorBoard events")
+    columns = tags + list(TB_PSEUDO_COLUMNS)
+    yt = resolve_column(y, tags, path)
+    y_events = acc.Scalars(yt)
+    if x in TB_PSEUDO_COLUMNS:
+        t0 = y_events[0].wall_time if y_events else 0.0
+        xv = {e.step: (e.step if x == "step" else e.wall_time - t0) for e in y_events}
+    else:
+        xv = {e.step: e.value for e in acc.Scalars(resolve_column(x, columns, path))}
+    points = [(i + 1, xv.get(e.step), e.value) for i, e in enumerate(y_events)]
+    return _series(path, x, y, points, [])

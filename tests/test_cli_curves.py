@@ -1,0 +1,133 @@
+"""``scalerl fit`` and ``scalerl compare`` end to end, in-process: JSON contract (design.md), figures, and every
+bad input as one line on stderr with exit code 2, no traceback and no output file."""
+
+import json
+
+import numpy as np
+import pytest
+
+from scalerl.cli import main
+from scalerl.curves.synthetic import TABLE1, simulate_eval_curve
+
+
+def run(argv, capsys):
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _csv(path, row="scalerl-8b", seed=0, n=100):
+    P = TABLE1[row]
+    c = np.concatenate([[0.0], np.linspace(160, 16000, n)])
+    y = simulate_eval_curve(P, c, seed=seed)
+    path.write_text("step,compute/device_hours,val/pass_rate\n" + "".join(
+        f"{i * 100},{ci:.1f},{yi:.5f}\n" for i, (ci, yi) in enumerate(zip(c, y))))
+    return path
+
+
+def test_fit_json_contract_and_plot(tmp_path, capsys):
+    src = _csv(tmp_path / "run.csv")
+    png = tmp_path / "curve.png"
+    code, out, err = run(["fit", src, "--fit-from", 1500, "--fit-until", "0.5", "--predict-at", "16000,32000",
+                          "--target", 0.55, "--json", "--plot", png], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    (f,) = d["fits"]
+    assert set(f) >= {"source", "x", "y", "method", "R0", "A", "B", "Cmid", "A_ci", "identified", "n_points",
+                      "fit_window", "rmse", "predictions", "heldout", "target"}
+    assert f["source"] == str(src) and f["x"] == "compute/device_hours" and f["y"] == "val/pass_rate"
+    assert f["method"] == "vp" and f["fit_window"] == [1600.0, 8000.0] and f["n_points"] == 41
+    assert [p["x"] for p in f["predictions"]] == [16000.0, 32000.0]
+    assert f["heldout"]["n"] == 50 and f["heldout"]["mean_abs_err"] < 0.05
+    assert f["target"]["reachable"] and len(f["A_ci"]) == 2
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fit_table_paper_method_and_default_predictions(tmp_path, capsys):
+    src = _csv(tmp_path / "run.csv")
+    code, out, err = run(["fit", src, "--fit-from", 1500, "--method", "paper"], capsys)
+    assert code == 0, err
+    assert "method paper" in out and "run" in out and "predicts val/pass_rate at 16,000" in out
+    code, out, _ = run(["fit", src, "--json"], capsys)
+    assert [p["x"] for p in json.loads(out)["fits"][0]["predictions"]] == [16000.0, 32000.0]  # end, 2× end
+
+
+def test_no_bounds_for_plus_minus_one_rewards(tmp_path, capsys):
+    src = _csv(tmp_path / "run.csv")
+    lines = src.read_text().splitlines()
+    pm = [lines[0]] + [f"{a},{b},{2 * float(c) - 1:.5f}" for a, b, c in (ln.split(",") for ln in lines[1:])]
+    (tmp_path / "pm.csv").write_text("\n".join(pm) + "\n")
+    code, _, err = run(["fit", tmp_path / "pm.csv"], capsys)
+    assert code == 2 and "outside [0, 1]" in err and "--no-bounds" in err
+    code, out, err = run(["fit", tmp_path / "pm.csv", "--no-bounds", "--fit-from", 1500, "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(out)["fits"][0]["A"] == pytest.approx(2 * 0.61 - 1, abs=0.05)
+
+
+def test_compare_ranks_and_draws(tmp_path, capsys):
+    a = _csv(tmp_path / "a.csv", "scalerl-8b", 0)
+    b = _csv(tmp_path / "b.csv", "scalerl-bs512", 1)
+    c = _csv(tmp_path / "c.csv", "math+code-math", 2)
+    code, out, err = run(["compare", a, b, c, "--fit-from", 1500, "--json", "--plot", tmp_path / "o.png",
+                          "--slope-plot", tmp_path / "s.png"], capsys)
+    assert code == 0, err
+    d = json.loads(out)
+    assert [r["rank"] for r in d["ranking"]] == [1, 2, 3] and d["margin"] == 0.02
+    assert (tmp_path / "o.png").exists() and (tmp_path / "s.png").exists()
+    code, out, err = run(["compare", a, b, "--fit-from", 1500], capsys)
+    assert code == 0 and "Ranking" in out
+
+
+def test_dropped_rows_are_a_warning_not_an_error(tmp_path, capsys):
+    src = _csv(tmp_path / "run.csv")
+    lines = src.read_text().splitlines()
+    lines[5] = "400,640.0,oops"
+    lines[9] = "800,1280.0,NaN"
+    src.write_text("\n".join(lines) + "\n")
+    code, out, err = run(["fit", src, "--json"], capsys)
+    assert code == 0
+    assert "dropped 2 row(s)" in err and "6, 10" in err
+    assert json.loads(out)["fits"][0]["n_points"] == 98
+
+
+def _bad(tmp_path):
+    t = tmp_path
+    (t / "empty.csv").write_text("")
+    (t / "text.csv").write_text("c,r\n1,x\n2,y\n")
+    (t / "few.csv").write_text("c,r\n0,0.1\n1,0.2\n2,0.3\n")
+    (t / "back.csv").write_text("c,r\n0,0.1\n1,0.2\n3,0.3\n2,0.35\n4,0.4\n")
+    (t / "flat.csv").write_text("c,r\n1,0.4\n2,0.4\n3,0.4\n4,0.4\n5,0.4\n")
+    (t / "range.csv").write_text("c,r\n1,-1\n2,-0.5\n3,0.2\n4,0.6\n5,0.8\n")
+    ok = _csv(t / "ok.csv")
+    return [
+        (["fit", t / "missing.csv"], "no such file"),
+        (["fit", t / "empty.csv"], "empty"),
+        (["fit", ok, "--y", "val/acc"], "columns there are: step, compute/device_hours, val/pass_rate"),
+        (["fit", t / "text.csv", "--x", "c", "--y", "r"], "rows 2, 3 hold non-numbers"),
+        (["fit", t / "few.csv", "--x", "c", "--y", "r"], "3 free parameters"),
+        (["fit", t / "back.csv", "--x", "c", "--y", "r"], "row 5 has 2 after 3"),
+        (["fit", t / "flat.csv", "--x", "c", "--y", "r"], "constant"),
+        (["fit", t / "range.csv", "--x", "c", "--y", "r"], "outside [0, 1]"),
+        (["fit", ok, "--fit-until", "abc"], "--fit-until 'abc' is not a number"),
+        (["fit", ok, "--method", "magic"], "unknown fit method 'magic'; choose one of: paper, vp"),
+        (["fit", ok, "--fit-from", 15900], "free parameters"),
+        (["compare", ok], "at least two runs"),
+    ]
+
+
+def test_bad_inputs_exit_2_with_one_line_and_no_output(tmp_path, capsys):
+    for argv, needle in _bad(tmp_path):
+        out_png = tmp_path / "never.png"
+        code, out, err = run(argv + ["--plot", out_png], capsys)
+        assert code == 2, (argv, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (argv, err)
+        assert needle in lines[0], (argv, lines[0])
+        assert "Traceback" not in err and out == ""
+        assert not out_png.exists()
+    code, _, err = run(["fit", tmp_path / "ok.csv", "--plot", tmp_path / "x.gif"], capsys)
+    assert code == 2 and ".png, .svg or .pdf" in err and not (tmp_path / "x.gif").exists()
