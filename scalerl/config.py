@@ -121,6 +121,14 @@ class ForecastConfig(Strict):
     fit_from: float | None = None
 
 
+class RayConfig(Strict):
+    """``backend: ray``: where the generator actors run (docs/scale-out.md)."""
+
+    address: str | None = None  # "auto" joins a running cluster; None starts a local Ray just for this run
+    generators: int = Field(2, ge=1)  # generator actors, each a GeneratorWorker with its own model copy
+    num_cpus_per_generator: float = Field(1.0, gt=0)  # Ray CPUs each actor reserves
+
+
 class RunConfig(Strict):
     name: str = "scalerl"
     seed: int = 0
@@ -141,6 +149,7 @@ class RunConfig(Strict):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
 
     @field_validator("model", mode="before")
     @classmethod
@@ -196,7 +205,7 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"config file not found: {path}")
     try:
@@ -218,7 +227,7 @@ def _preset_file(name: str) -> dict[str, Any]:
     path = CONFIG_DIR / f"{name}.yaml"
     if not path.is_file():
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(preset_names())}")
-    return _read_yaml(path)
+    return read_yaml(path)
 
 
 def preset_description(name: str) -> str:
@@ -293,7 +302,7 @@ def load_config(
     data: dict[str, Any] = preset_dict(preset or "scalerl")
     sources = [f"preset {preset or 'scalerl'}"]
     if config_file is not None:
-        file_data = _read_yaml(Path(config_file))
+        file_data = read_yaml(Path(config_file))
         base = file_data.pop("base", None)
         file_data.pop("description", None)
         if base:
@@ -313,4 +322,4 @@ def to_yaml(cfg: RunConfig) -> str:
 
 def config_from_run_dir(run_dir: str | Path) -> RunConfig:
     path = Path(run_dir) / "config.yaml"
-    return build_config(_read_yaml(path), str(path))
+    return build_config(read_yaml(path), str(path))

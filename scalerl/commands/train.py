@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import List, Optional
 
@@ -23,6 +24,27 @@ def config_from_cli(preset: str | None, config: Path | None, sets: list[str]):
             raise UserError(f"unknown leave-one-out variant {preset!r}; choose one of: {', '.join(variants)}")
         return load_config("scalerl", config, [*variants[preset], *sets])
     return load_config(preset, config, sets)
+
+
+def resumed_config(out: Path, sets: list[str]):
+    """``--resume``: the run's own config.yaml, with ``--set`` on top (the runner allows budget and backend
+    changes only)."""
+    from scalerl.config import read_yaml, apply_overrides, build_config
+
+    path = out / "config.yaml"
+    if not path.exists():
+        from scalerl.errors import UserError
+
+        raise UserError(f"--resume: {out} holds no run (no config.yaml); start it without --resume")
+    return build_config(apply_overrides(read_yaml(path), sets), f"{path} + --set")
+
+
+def backend_overrides(backend: str | None, address: str | None) -> list[str]:
+    """``--backend B`` is ``--set backend=B``; ``--address A`` is ``--set ray.address=A`` (docs/scale-out.md)."""
+    sets = [f"backend={backend}"] if backend else []
+    if address:
+        sets.append(f"ray.address={json.dumps(address)}")  # quoted: "10.0.0.1:6379" must stay a string
+    return sets
 
 
 def print_summary(out: Path, summary: dict) -> None:
@@ -51,11 +73,20 @@ def register(app: typer.Typer) -> None:
         preset: Optional[str] = typer.Option(None, "--preset", help="Preset name (see `scalerl presets`); default scalerl."),
         config: Optional[Path] = typer.Option(None, "--config", help="YAML file with fields over the preset."),
         set_: List[str] = typer.Option([], "--set", help="Override a field: --set algo.loss.name=dapo (repeatable)."),
+        backend: Optional[str] = typer.Option(None, "--backend", help="inline | local | ray (same as --set backend=...)."),
+        address: Optional[str] = typer.Option(
+            None, "--address", help="Ray cluster to join with --backend ray: 'auto' or host:port (default: a local Ray)."
+        ),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
         """Train with the ScaleRL recipe (or any preset / ablation) and forecast where the run will end."""
-        cfg = config_from_cli(preset, config, set_)
+        sets = [*set_, *backend_overrides(backend, address)]
+        cfg = resumed_config(out, sets) if resume else config_from_cli(preset, config, sets)
+        if address and cfg.backend != "ray":
+            from scalerl.errors import UserError
+
+            raise UserError(f"--address joins a Ray cluster, but the backend is {cfg.backend!r}; add --backend ray")
         from scalerl.pipeline.runner import train as run_train
 
         summary = run_train(cfg, out, resume=resume, show_progress=not quiet)

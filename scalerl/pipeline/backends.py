@@ -7,6 +7,7 @@ schedule (``pipeline/schedules.py``) says when each batch may start and whether 
 * ``ProcessBackend``: the generator runs concurrently in a child process (its own core), takes weights from
   shared memory between decode steps (PipelineRL) or between groups (PPO-off-policy), and streams batches
   back. This is PipelineRL proper: generation never waits for the optimizer step.
+* ``RayBackend`` (``pipeline/ray_backend.py``): the same, with N generator actors on a Ray cluster.
 """
 
 from __future__ import annotations
@@ -65,6 +66,21 @@ class InlineBackend:
         pass
 
 
+def generate_on_schedule(
+    worker: GeneratorWorker, channel: WeightChannel, schedule: Schedule, group: list[Request]
+) -> list[RolloutBatch]:
+    """One schedule group (``schedule.split``) from a generator running beside the trainer (local process or
+    Ray actor): wait until ``channel`` holds the weights the schedule requires, load them, and generate,
+    taking newer weights between decode steps only when the schedule is in-flight (§3.1)."""
+    while channel.version() < schedule.min_version(group[0].index):
+        time.sleep(0.001)
+    version, weights = channel.snapshot()
+    if version != worker.version:
+        worker.load(version, weights)
+    source = channel.poll if schedule.inflight else None
+    return worker.generate(group, weight_source=source)
+
+
 def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, requests: Any, results: Any, threads: int) -> None:
     torch.set_num_threads(threads)
     try:
@@ -74,13 +90,7 @@ def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, 
             if items is None:
                 break
             for group in schedule.split([Request(**item) for item in items]):
-                while channel.version() < schedule.min_version(group[0].index):
-                    time.sleep(0.001)
-                version, weights = channel.snapshot()
-                if version != worker.version:
-                    worker.load(version, weights)
-                source = channel.poll if schedule.inflight else None
-                for batch in worker.generate(group, weight_source=source):
+                for batch in generate_on_schedule(worker, channel, schedule, group):
                     results.put(batch.to_payload())
     except BaseException:  # report to the trainer process instead of dying silently
         results.put({"error": traceback.format_exc()})
@@ -147,13 +157,19 @@ class ProcessBackend:
 
 def backend_devices(cfg: RunConfig) -> int:
     """Devices a run occupies, for ``compute/device_hours``: the trainer plus its generators."""
+    if cfg.backend == "ray":
+        return 1 + cfg.ray.generators
     return {"inline": InlineBackend.devices, "local": ProcessBackend.devices}[cfg.backend]
 
 
 def make_backend(
     cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any = None, threads: int = 1
-) -> "InlineBackend | ProcessBackend":
+) -> Any:
     """The backend ``cfg.backend`` names, holding the trainer's weights at ``version``."""
+    if cfg.backend == "ray":
+        from scalerl.pipeline.ray_backend import RayBackend  # Ray is an optional extra
+
+        return RayBackend(cfg, schedule, state_dict, version)
     if cfg.backend == "local":
         ctx = torch.multiprocessing.get_context("spawn")
         channel = WeightChannel(state_dict, version=version, ctx=ctx)

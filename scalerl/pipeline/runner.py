@@ -57,29 +57,33 @@ def _set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
 
 
-def prepare_run_dir(cfg: RunConfig, out: Path, resume: bool) -> RunConfig:
-    """Check the run directory and write ``config.yaml``; on resume, the saved config wins."""
+# what a resumed run may change: its budget and where/how it runs, never what it computes
+RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "threads", "tensorboard", "devices")
+
+
+def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
+    """A new run needs an unused directory; a resumed one needs its own config, changed only in
+    ``RESUMABLE_FIELDS``."""
     out = Path(out)
     if resume:
         if not (out / "config.yaml").exists():
             raise UserError(f"--resume: {out} holds no run (no config.yaml); start it without --resume")
-        saved = config_from_run_dir(out)
-        # a resumed run may extend its budget, nothing else
-        return saved.model_copy(update={"steps": cfg.steps, "max_minutes": cfg.max_minutes})
-    if (out / METRICS).exists() or (out / "checkpoints").exists():
+        saved = config_from_run_dir(out).model_dump(mode="json")
+        new = cfg.model_dump(mode="json")
+        changed = [k for k in new if k not in RESUMABLE_FIELDS and new[k] != saved.get(k)]
+        if changed:
+            raise UserError(
+                f"--resume: {', '.join(changed)} differ from the run's config.yaml; a resumed run may change only "
+                f"{', '.join(RESUMABLE_FIELDS)}"
+            )
+    elif (out / METRICS).exists() or (out / "checkpoints").exists():
         raise UserError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    write_text(out / "config.yaml", to_yaml(cfg))
-    return cfg
 
 
 def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
     out = Path(out)
-    cfg = prepare_run_dir(cfg, out, resume)
-    if resume:
-        # --resume on a run that already finished its budget with the same settings is a no-op
-        write_text(out / "config.yaml", to_yaml(cfg))
-    local = cfg.backend == "local"
+    check_run_dir(cfg, out, resume)
+    local = cfg.backend in ("local", "ray")  # generators elsewhere: the trainer takes its share of the cores
     cores = os.cpu_count() or 1
     threads = cfg.threads or (max(1, cores // 2) if local else cores)
     torch.set_num_threads(threads)
@@ -129,6 +133,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
 
     gen_threads = cfg.threads or max(1, cores - threads)
     backend = make_backend(cfg, schedule, model.state_dict(), trainer.version, task=task, threads=gen_threads)
+    write_text(out / "config.yaml", to_yaml(cfg))  # only once everything has started: no half-made run dir
     for batch in saved_batches:
         backend.put_ready(batch)
     ready_ids = {b.index for b in saved_batches}

@@ -1,0 +1,286 @@
+"""RL throughput: scalerl (inline and PipelineRL-8 local backends) against TRL's ``GRPOTrainer``, in one run.
+
+Measures samples/s -- completions generated *and* trained on per second of wall-clock -- over the steps after
+``--warmup-steps`` (default 1: process start-up, the first KV-cache allocation and lazy initialisation are not
+timed), plus completion tokens/s and the mean completion length of each side. Prints a table and the ratios
+scalerl / TRL (target >= 3x).
+
+    python bench/rl_vs_trl.py [--steps 8] [--threads N] [--set key=value ...]
+
+``--set`` overrides the scalerl config (preset ``scalerl``); the TRL side is derived from the same resolved
+config, so e.g. ``--set batch.prompts=8`` changes both.
+
+Identical on both sides:
+  * the network: TRL gets ``to_hf_llama`` of the scalerl model after the same cached supervised warm-up
+    (``warmup.steps``), so both start from bit-identical weights (same d_model / layers / heads / vocab, fp32);
+  * the vocabulary and prompt tokens: TRL's tokenizer is a ``PreTrainedTokenizerFast`` built here over the
+    built-in tokenizer's vocabulary with the same greedy longest match and a BOS in front (checked on every
+    training prompt before the run);
+  * the prompt pool (the built-in task's training split), the batch (``batch.prompts`` x ``batch.generations``
+    completions per step: TRL ``per_device_train_batch_size`` = P*G, ``num_generations`` = G,
+    ``steps_per_generation`` = 1, no gradient accumulation: one generation and one optimizer step per step),
+    temperature 1 over the full vocabulary (top_k 0, top_p 1), generation stops at EOS;
+  * the hard cap on completion length: TRL ``max_completion_length`` = scalerl's ``max_new_tokens``;
+  * the reward: the task's verifier, +-1 (``reward.correct`` / ``reward.incorrect``);
+  * the loss family and optimiser: CISPO with the preset's eps_max (TRL ``loss_type="cispo"``,
+    ``epsilon_high``), no KL (``beta=0``), batch-level reward scaling, AdamW with the config's lr, betas, eps,
+    weight decay, linear warm-up then constant lr, gradient clipping; fp32 everywhere (TRL ``bf16=False``),
+    no gradient checkpointing;
+  * torch threads: ``--threads`` (default: all cores) for TRL and for scalerl inline; the local backend runs
+    two processes (trainer, generator) with ``--threads // 2`` each, so the same cores in all;
+  * seeds: ``seed`` of the config for both (sampling streams differ: the engines are different code).
+
+Not identical (stated, not hidden):
+  * scalerl runs the full ScaleRL recipe (§3.10): interruptions (§3.8) cut thinking at a drawn budget and force
+    the end-of-thinking phrase (those forced tokens count as completion tokens here); TRL has no interruptions.
+    Compare the mean completion lengths printed: tokens/s is the length-independent figure;
+  * zero-variance filtering (§3.6) is OFF here (``algo.zero_variance_filter=false``): with it, scalerl would drop
+    groups whose rewards are all equal from its update (and skip the optimizer step when every group is dropped,
+    as happens at the warm-up policy's ~1% pass rate), while TRL trains on them with zero advantage; so every
+    completion counted is trained on by both. ``--set algo.zero_variance_filter=true`` restores it; the "kept"
+    column then shows the fraction scalerl trained on;
+  * loss aggregation: scalerl prompt-level (§3.4), TRL CISPO token-level; No-Positive-Resampling (§3.7) picks
+    scalerl's prompts, TRL shuffles; neither changes the work per step;
+  * the local backend is PipelineRL-8 (§3.1): generation overlaps training, and the generator may run up to 8
+    batches ahead of a slower trainer, so a window can include batches generated before it opened (at most one
+    when generation is the bottleneck; the bias is fixed, so it shrinks relative to a longer ``--steps``);
+  * scalerl writes metrics.jsonl each step (TensorBoard off); TRL keeps its default logging (every 10 steps,
+    no reporters); no evaluation or checkpoint falls inside either timed window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / datasets / trl are imported
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from scalerl.build import build_length_control, build_model, build_task
+from scalerl.config import RunConfig, load_config
+from scalerl.errors import UserError
+from scalerl.models.tiny import to_hf_llama
+from scalerl.models.tokenizer import BOS, EOS, PAD, CharTokenizer
+from scalerl.models.warmup import warmup
+from scalerl.pipeline.generator import encode_prompt
+from scalerl.pipeline.runner import train
+from scalerl.runlog import read_metrics
+
+
+@dataclasses.dataclass
+class Throughput:
+    """Work done in a timed window of ``steps`` RL steps."""
+
+    system: str
+    steps: int
+    samples: int  # completions generated and trained on
+    tokens: int  # completion tokens generated
+    seconds: float
+    kept: float | None = None  # fraction of samples left in the update after filtering (scalerl only)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.samples / self.seconds
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds
+
+    @property
+    def mean_length(self) -> float:
+        return self.tokens / self.samples
+
+
+def timed_window(system: str, step_ends: list[float], samples: list[int], tokens: list[int], warmup_steps: int,
+                 kept: list[int] | None = None) -> Throughput:
+    """Throughput over steps ``warmup_steps + 1 ..`` from per-step end times (seconds, any origin), samples and
+    completion tokens: the clock starts when step ``warmup_steps`` ends."""
+    if not len(step_ends) == len(samples) == len(tokens) or len(step_ends) <= warmup_steps:
+        raise ValueError(f"{system}: {len(step_ends)} steps recorded, need more than {warmup_steps} warm-up steps")
+    w = warmup_steps
+    start = step_ends[w - 1] if w else 0.0
+    n = sum(samples[w:])
+    return Throughput(
+        system=system,
+        steps=len(step_ends) - w,
+        samples=n,
+        tokens=sum(tokens[w:]),
+        seconds=step_ends[-1] - start,
+        kept=sum(kept[w:]) / n if kept is not None else None,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ scalerl
+
+
+def bench_config(overrides: list[str], steps: int, backend: str, threads: int) -> RunConfig:
+    """The ScaleRL preset for ``steps`` steps, zero-variance filter off (see the module docstring), with no
+    evaluation or checkpoint inside the run (only the runner's R0 evaluation before step 1 and the final one
+    after the last step, both outside the timed window)."""
+    return load_config("scalerl", None, [
+        "tensorboard=false", f"eval.every={steps + 1}", f"checkpoint_every={steps + 1}", "eval.n_samples=1",
+        "eval.n_prompts=16", "algo.zero_variance_filter=false", *overrides,
+        f"steps={steps}", f"backend={backend}", f"threads={threads}",
+    ])
+
+
+def run_scalerl(cfg: RunConfig, warmup_steps: int, label: str) -> Throughput:
+    with tempfile.TemporaryDirectory(prefix="scalerl-bench-") as out:
+        train(cfg, out, show_progress=False)
+        lines = [r for r in read_metrics(Path(out)) if "loss" in r]
+    samples = [int(r["train/samples"]) for r in lines]
+    return timed_window(
+        label,
+        [r["time/wall_s"] for r in lines],
+        samples,
+        [round(r["train/completion_len_mean"] * n) for r, n in zip(lines, samples)],
+        warmup_steps,
+        kept=[int(r["train/samples_kept"]) for r in lines],
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- TRL
+
+
+def hf_char_tokenizer(tok: CharTokenizer):  # -> transformers.PreTrainedTokenizerFast
+    """The built-in tokenizer as a ``PreTrainedTokenizerFast``: same ids, same greedy longest match (a split
+    regex whose alternatives are the multi-character tokens, longest first, then any single character), BOS
+    added in front like ``encode_prompt``, decoding by plain concatenation."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    multi = sorted((t for t in tok.tokens if len(t) > 1 and t not in (PAD, BOS, EOS)), key=len, reverse=True)
+    pattern = "|".join(re.escape(t) for t in multi) + r"|[\s\S]"
+    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tok.tokens)}, unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.bos_id)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS)
+
+
+def warmed_policy(cfg: RunConfig, task: Any) -> torch.nn.Module:
+    """The scalerl starting policy: fresh weights plus the cached supervised warm-up that ``train`` applies."""
+    bundle = build_model(cfg.model, cfg.seed)
+    if cfg.warmup.steps > 0:
+        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=cfg.seed)
+    return bundle.model
+
+
+def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL GRPOTrainer") -> Throughput:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from transformers.utils import logging as hf_logging
+    from trl import GRPOConfig, GRPOTrainer
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(threads)
+    task = build_task(cfg.task)
+    problems = {p.id: p for p in task.train_problems()}
+    tokenizer = hf_char_tokenizer(CharTokenizer())
+    for p in problems.values():
+        if tokenizer(p.prompt)["input_ids"] != encode_prompt(CharTokenizer(), p.prompt):
+            raise RuntimeError(f"TRL tokenizer disagrees with the built-in one on prompt {p.prompt!r}")
+    lengths: list[int] = []
+
+    def task_reward(prompts: list, completions: list[str], completion_ids: list[list[int]], problem_id: list[str],
+                    **_: Any) -> list[float]:
+        lengths.extend(len(ids) for ids in completion_ids)
+        return [cfg.reward.correct if task.grade(problems[i], c) else cfg.reward.incorrect
+                for i, c in zip(problem_id, completions)]
+
+    class StepClock(TrainerCallback):
+        def __init__(self) -> None:
+            self.ends: list[float] = []
+
+        def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+            self.ends.append(time.perf_counter())
+
+    batch = cfg.batch.prompts * cfg.batch.generations
+    o = cfg.optim
+    clock = StepClock()
+    # transformers 5 renamed gradient_checkpointing (TRL's default: on) to activation_checkpointing
+    fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    ckpt_field = "activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"
+    no_checkpointing = {ckpt_field: False}
+    with tempfile.TemporaryDirectory(prefix="trl-bench-") as out:
+        args = GRPOConfig(
+            output_dir=out, use_cpu=True, report_to=[], seed=cfg.seed, data_seed=cfg.seed,
+            max_steps=cfg.steps, per_device_train_batch_size=batch, num_generations=cfg.batch.generations,
+            steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1,
+            max_completion_length=build_length_control(cfg).max_new_tokens,
+            temperature=1.0, top_k=0, top_p=1.0, beta=0.0,
+            loss_type="cispo", epsilon_high=float(cfg.algo.loss.params.get("eps_max", 4.0)), scale_rewards="batch",
+            learning_rate=o.lr, warmup_steps=o.warmup_steps, lr_scheduler_type="constant_with_warmup",
+            weight_decay=o.weight_decay, adam_beta1=o.betas[0], adam_beta2=o.betas[1], adam_epsilon=o.eps,
+            max_grad_norm=o.grad_clip, bf16=False, save_strategy="no", eval_strategy="no", disable_tqdm=True,
+            dataloader_num_workers=0, **no_checkpointing,
+        )
+        dataset = Dataset.from_list([{"prompt": p.prompt, "problem_id": p.id} for p in problems.values()])
+        trainer = GRPOTrainer(model=to_hf_llama(warmed_policy(cfg, task)), reward_funcs=task_reward, args=args,
+                              train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+        trainer.train()
+    if len(lengths) != cfg.steps * batch:
+        raise RuntimeError(f"TRL graded {len(lengths)} completions, expected {cfg.steps} steps x {batch}")
+    return timed_window(label, clock.ends, [batch] * cfg.steps,
+                        [sum(lengths[i * batch:(i + 1) * batch]) for i in range(cfg.steps)], warmup_steps)
+
+
+# --------------------------------------------------------------------------------------------------- main
+
+
+def report(rows: list[Throughput], threads: int, cfg: RunConfig, load: tuple[float, float]) -> None:
+    console = Console(width=max(110, Console().width))
+    table = Table(title=f"RL throughput: {cfg.batch.prompts} prompts x {cfg.batch.generations} generations per step, "
+                        f"max {build_length_control(cfg).max_new_tokens} new tokens, d_model {cfg.model.d_model}, "
+                        f"{cfg.model.n_layers} layers, {threads} threads")
+    for col in ("system", "steps", "samples", "seconds", "samples/s", "tokens/s", "mean len", "kept"):
+        table.add_column(col, justify="left" if col == "system" else "right")
+    for r in rows:
+        table.add_row(r.system, str(r.steps), str(r.samples), f"{r.seconds:.1f}", f"{r.samples_per_s:.1f}",
+                      f"{r.tokens_per_s:,.0f}", f"{r.mean_length:.1f}", "-" if r.kept is None else f"{r.kept:.0%}")
+    console.print(table)
+    base = rows[-1]
+    for r in rows[:-1]:
+        console.print(f"{r.system} / {base.system}: {r.samples_per_s / base.samples_per_s:.2f}x samples/s, "
+                      f"{r.tokens_per_s / base.tokens_per_s:.2f}x tokens/s")
+    console.print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=8, help="RL steps per system, warm-up included")
+    ap.add_argument("--warmup-steps", type=int, default=1, help="untimed steps at the start of each system")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per system")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="scalerl config override (the TRL side follows it)")
+    args = ap.parse_args()
+    if args.steps <= args.warmup_steps:
+        ap.error(f"--steps must exceed --warmup-steps ({args.warmup_steps})")
+
+    load0 = os.getloadavg()[0]
+    try:
+        inline = bench_config(args.overrides, args.steps, "inline", args.threads)
+        local = bench_config(args.overrides, args.steps, "local", max(1, args.threads // 2))
+        warmed_policy(inline, build_task(inline.task))  # fills the warm-up cache once, outside every timing
+        rows = [
+            run_scalerl(inline, args.warmup_steps, "scalerl inline"),
+            run_scalerl(local, args.warmup_steps, "scalerl local (PipelineRL-8)"),
+            run_trl(inline, args.warmup_steps, args.threads),
+        ]
+    except UserError as exc:
+        ap.exit(UserError.exit_code, f"error: {exc}\n")
+    report(rows, args.threads, inline, (load0, os.getloadavg()[0]))
+
+
+if __name__ == "__main__":
+    main()

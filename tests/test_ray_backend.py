@@ -1,0 +1,110 @@
+"""The Ray backend (``scalerl/pipeline/ray_backend.py``): two generator actors on a local Ray run the same
+schedules as the local backend with the same staleness bound (§3.1), batches come from both actors, and an
+actor failure is a RuntimeError in the driver, not a hang."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from scalerl.build import build_model, build_task
+from scalerl.cli import main
+from scalerl.pipeline import runner
+from scalerl.pipeline.backends import backend_devices, make_backend
+from scalerl.pipeline.batch import Request
+from scalerl.pipeline.schedules import SCHEDULES
+from scalerl.runlog import read_metrics
+from test_pipeline import micro, train_lines
+
+RUN = ["backend=ray", "ray.generators=2", "steps=6", "schedule.k=2", "checkpoint_every=100", "eval.every=100"]
+
+
+def test_ray_config_and_devices():
+    cfg = micro("backend=ray", "ray.generators=3", "ray.num_cpus_per_generator=0.5")
+    assert (cfg.ray.address, cfg.ray.generators, cfg.ray.num_cpus_per_generator) == (None, 3, 0.5)
+    assert backend_devices(cfg) == 4  # the trainer plus one device per generator
+
+
+def test_address_needs_the_ray_backend(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["train", "--quiet", "--out", str(tmp_path / "run"), "--backend", "local", "--address", "auto"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: --address") and "--backend ray" in err and "\n" not in err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.fixture(scope="module")
+def ray_mod():
+    return pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def ray_session(ray_mod):
+    """A Ray session the tests own (the backend must use it and leave it running); closed after the module."""
+    started = not ray_mod.is_initialized()
+    if started:
+        ray_mod.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield ray_mod
+    if started:
+        ray_mod.shutdown()
+
+
+def _train_capturing_backend(monkeypatch, out: Path, *sets: str):
+    made = []
+
+    def capture(*args, **kwargs):
+        made.append(make_backend(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "make_backend", capture)
+    runner.train(micro(*RUN, *sets), out, show_progress=False)
+    return made[0]
+
+
+@pytest.mark.ray
+def test_pipeline_rl_on_two_actors(tmp_path, monkeypatch, ray_mod):
+    started_here = not ray_mod.is_initialized()  # the first Ray test: the backend starts Ray with 2 CPUs
+    backend = _train_capturing_backend(monkeypatch, tmp_path, "schedule.name=pipeline_rl")
+    assert ray_mod.is_initialized() != started_here  # it shut down exactly what it started
+    lines = train_lines(tmp_path)
+    assert [r["step"] for r in lines] == list(range(1, 7))
+    assert all(r["train/staleness_max"] <= 2 for r in lines)
+    assert all(r["train/stale_dropped"] == 0 for r in lines)
+    assert any(r["train/staleness_max"] > 0 for r in lines)  # the actors really ran ahead of the trainer
+    assert sorted(backend.actor_of) == list(range(6))
+    assert set(backend.actor_of.values()) == {0, 1}  # both actors generated batches
+    assert lines[-1]["compute/device_hours"] > 0
+    evals = [r["step"] for r in read_metrics(tmp_path) if "val/pass_rate" in r]
+    assert evals == [0, 6]
+
+
+@pytest.mark.ray
+def test_ppo_off_policy_on_two_actors(tmp_path, monkeypatch, ray_session):
+    backend = _train_capturing_backend(monkeypatch, tmp_path, "schedule.name=ppo_off_policy")
+    assert ray_session.is_initialized()  # a session the backend did not start is left running
+    lines = train_lines(tmp_path)
+    # each group of k=2 batches is generated with frozen weights, then trained on: staleness b mod k
+    assert [r["train/staleness_max"] for r in lines] == [0, 1, 0, 1, 0, 1]
+    assert all(r["train/stale_dropped"] == 0 for r in lines)
+    assert set(backend.actor_of.values()) == {0, 1}  # groups go to the actors in turn
+    for group in range(3):
+        assert backend.actor_of[2 * group] == backend.actor_of[2 * group + 1]  # a group is one actor's batch
+
+
+@pytest.mark.ray
+def test_actor_failure_is_a_runtime_error(ray_session):
+    cfg = micro(*RUN, "ray.generators=1")
+    problem = next(iter(build_task(cfg.task).train_problems())).id
+    backend = make_backend(cfg, SCHEDULES.get("pipeline_rl")(2), build_model(cfg.model, cfg.seed).model.state_dict(), 0)
+    try:
+        backend.submit([Request(0, ["no-such-problem"], 1)])  # the actor raises KeyError on it
+        with pytest.raises(RuntimeError, match="(?s)actor 0 failed on batches \\[0\\].*KeyError.*no-such-problem"):
+            backend.next_batch(0)
+        ray_session.kill(backend.actors[0])
+        backend.submit([Request(1, [problem], 2)])  # a good request, but its actor is dead
+        with pytest.raises(RuntimeError, match="actor 0 failed on batches \\[1\\].*died"):
+            backend.next_batch(1)
+    finally:
+        backend.close()
