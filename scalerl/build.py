@@ -49,6 +49,21 @@ def build_model(cfg: ModelConfig, seed: int) -> ModelBundle:
     )
 
 
+def resolve_device(name: str):
+    """``auto`` is the first CUDA device when there is one, else the CPU."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"device: {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device: {name!r} asked for, but this machine has no CUDA device; use device=cpu")
+    return device
+
+
 def build_length_control(cfg: RunConfig):
     from scalerl import algo
 

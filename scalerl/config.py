@@ -135,6 +135,7 @@ class RunConfig(Strict):
     steps: int = Field(200, ge=1)
     max_minutes: float | None = Field(None, gt=0)
     backend: Literal["local", "inline", "ray"] = "local"
+    device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     devices: int | None = Field(None, ge=1)  # for compute/device_hours; default: processes in use
     checkpoint_every: int = Field(10, ge=1)
     tensorboard: bool = True

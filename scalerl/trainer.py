@@ -99,7 +99,8 @@ class Trainer:
         if not keep.any():  # nothing to learn from: no optimizer step, and the LR warm-up does not advance
             stats.update({"loss": 0.0, "grad_norm": 0.0, "train/skipped": 1.0})
             return stats
-        stats.update(self._update(batch.select(keep)))
+        device = next(self.model.parameters()).device
+        stats.update(self._update(batch.select(keep).to(device)))
         return stats
 
     def _update(self, b: RolloutBatch) -> dict[str, float]:

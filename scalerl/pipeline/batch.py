@@ -56,6 +56,14 @@ class RolloutBatch:
         oldest = v.min(dim=1).values
         return torch.where(oldest == big, torch.full_like(oldest, -1), oldest)
 
+    def to(self, device: torch.device) -> "RolloutBatch":
+        """The batch with its tensors on ``device`` (the trainer's)."""
+        moved = {
+            f.name: getattr(self, f.name).to(device) if isinstance(getattr(self, f.name), torch.Tensor) else getattr(self, f.name)
+            for f in fields(self)
+        }
+        return RolloutBatch(**moved)
+
     def version_span(self) -> torch.Tensor:
         """[N] newest minus oldest policy version among each sequence's sampled tokens: > 0 when new weights
         arrived while the sequence was being generated (an in-flight update, §3.1)."""

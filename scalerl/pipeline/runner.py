@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from scalerl import algo
-from scalerl.build import build_length_control, build_model, build_task
+from scalerl.build import build_length_control, build_model, build_task, resolve_device
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import UserError
@@ -101,6 +101,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
         from scalerl.models.warmup import warmup
 
         warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
+    model.to(resolve_device(cfg.device))
     trainer = Trainer(model, cfg, schedule)
     length = build_length_control(cfg)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
