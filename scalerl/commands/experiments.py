@@ -1,0 +1,89 @@
+"""``scalerl sweep``, ``scalerl loo`` and ``scalerl report``: many runs, their comparison, one offline HTML file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+SET_HELP = "Override a field in every run: --set steps=20 (repeatable; applied last)."
+
+
+def _print_records(records: list, out: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"sweep in {out} (index: {out / 'sweep.json'})")
+    for col in ("run", "status", "this time", "A", "B", "Cmid"):
+        table.add_column(col)
+    for rec in records:
+        fit = (rec.summary or {}).get("fit") or {}
+        num = lambda k, f: format(fit[k], f) if isinstance(fit.get(k), (int, float)) else "-"  # noqa: E731
+        status = rec.status if rec.error is None else f"{rec.status}: {rec.error}"
+        table.add_row(rec.name, status, rec.action, num("A", ".3f"), num("B", ".2f"), num("Cmid", ".3g"))
+    Console().print(table)
+
+
+def _finish(records: list, out: Path, report: Optional[Path], quiet: bool) -> None:
+    """Summary table, the report if asked for, and exit code 1 when a run failed."""
+    from scalerl.experiments.report import write_report
+
+    _print_records(records, out)
+    if report is not None:
+        write_report(out, report, quiet=quiet)
+        typer.echo(f"wrote {report}")
+    failed = [r.name for r in records if r.status == "failed"]
+    if failed:
+        typer.echo(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (tracebacks in <run>/sweep_error.log); "
+                   "run the same command again to retry them", err=True)
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def sweep(
+        spec: Path = typer.Argument(..., help="Sweep spec (YAML): base, set, and runs or grid; see docs/experiments.md."),
+        out: Path = typer.Option(..., "--out", help="Sweep directory: one run directory per run, plus sweep.json."),
+        set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+        report: Optional[Path] = typer.Option(None, "--report", help="Also write the HTML report here at the end."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    ) -> None:
+        """Run every run of a spec, one after another; finished runs are skipped, interrupted ones resumed."""
+        from scalerl.experiments.spec import load_sweep
+        from scalerl.experiments.sweep import run_sequential
+
+        plan = load_sweep(spec, set_)
+        _finish(run_sequential(plan, out, show_progress=not quiet), out, report, quiet)
+
+    @app.command()
+    def loo(
+        out: Path = typer.Option(..., "--out", help="Sweep directory for the base and its LOO variants."),
+        base: str = typer.Option("scalerl", "--base", help="Preset whose components are left out one at a time."),
+        budget_steps: Optional[int] = typer.Option(None, "--budget-steps", help="Training steps per run."),
+        minutes: Optional[float] = typer.Option(None, "--minutes", help="Wall-clock minutes per run."),
+        only: List[str] = typer.Option([], "--only", help="Run only these variants (repeatable), e.g. --only loo-dapo."),
+        set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+        report: Optional[Path] = typer.Option(None, "--report", help="Report file (default OUT/report.html)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+    ) -> None:
+        """Leave-one-out ablations (§5.5): the base and each variant on one budget, fit on the first half of
+        each run's compute, checked on the second half, ranked by the paper's rules in an HTML report."""
+        from scalerl.experiments.loo import loo_sweep
+        from scalerl.experiments.sweep import run_sequential
+
+        plan = loo_sweep(base, set_, budget_steps, minutes, only)
+        _finish(run_sequential(plan, out, show_progress=not quiet), out, report or out / "report.html", quiet)
+
+    @app.command("report")
+    def report_cmd(
+        run_dir: Path = typer.Argument(..., metavar="DIR", help="A sweep directory (one run per subdirectory) or one run."),
+        out: Path = typer.Option(..., "--out", help="HTML file to write (self-contained, works offline)."),
+        margin: float = typer.Option(0.02, "--margin", help="Asymptotes closer than this tie (the paper: 0.02)."),
+        quiet: bool = typer.Option(False, "--quiet", help="No summary on the terminal."),
+    ) -> None:
+        """One offline HTML file: fits and extrapolations, held-out check, ranking, slopes, diagnostics."""
+        from scalerl.experiments.report import write_report
+
+        write_report(run_dir, out, margin=margin, quiet=quiet)
+        typer.echo(f"wrote {out}")

@@ -1,0 +1,216 @@
+"""What the report says about a set of runs, computed with ``scalerl.curves`` (fitting, interval, ranking).
+
+For every run directory: the Eq. 1 fit on all its evaluations with the interval on A (§1.1, §2), the held-out
+extrapolation check (refit on the first half of its compute, scored on the second half: §2, §5.5), the reward
+predicted at 2× and 10× its compute, and its training diagnostics. Across runs: the ranking by the paper's rule
+and the refits at a common A for the linearised figure (``curves.compare_fits``, §2, §1.3). A run that cannot be
+analysed is kept as :class:`Skipped` with the reason, and the others are still analysed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from scalerl import curves
+from scalerl.errors import UserError
+from scalerl.experiments.figures import DIAGNOSTIC_KEYS
+from scalerl.experiments.sweep import INDEX
+
+HALF = 0.5  # the held-out check fits the first half of each run's compute (8k of 16k GPU-h in §5.5)
+FORECAST_FACTORS = (2.0, 10.0)
+RUN_FILES = ("metrics.jsonl", "config.yaml")
+
+Diagnostics = dict[str, tuple[np.ndarray, np.ndarray]]  # metrics key -> (steps, values)
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """The extrapolation check: a fit on compute ≤ ``fit_until`` scored on the evaluations after it."""
+
+    fit_until: float
+    n: int
+    mean_abs_err: float
+    max_abs_err: float
+    A: float
+    end_pred: float  # the half fit's prediction at the last evaluation ...
+    end_true: float  # ... and what was measured there
+
+
+@dataclass(frozen=True)
+class Prediction:
+    factor: float
+    compute: float
+    reward: float
+
+
+@dataclass
+class RunAnalysis:
+    name: str
+    dir: Path
+    fit: curves.FitResult
+    heldout: HeldOut | None
+    heldout_note: str | None
+    predictions: list[Prediction]
+    series: Diagnostics
+
+    @property
+    def n_points(self) -> int:
+        return int(self.fit.x.size)
+
+    @property
+    def x_max(self) -> float:
+        return float(self.fit.x.max())
+
+    @property
+    def y_last(self) -> float:
+        return float(self.fit.y[-1])
+
+    @property
+    def A_interval(self) -> tuple[str, str]:
+        """The ends of the interval on A as text; an end the data does not bound reads 'open'."""
+        if self.fit.A_ci is None:
+            return "–", "–"
+        return tuple(  # type: ignore[return-value]
+            "open" if is_open or v is None else f"{v:.3f}" for v, is_open in zip(self.fit.A_ci, self.fit.A_ci_open)
+        )
+
+    @property
+    def diagnostics(self) -> dict[str, float]:
+        """One number per diagnostic: the worst truncation and staleness, the rest at the end of the run."""
+        out: dict[str, float] = {}
+        for key, (_, values) in self.series.items():
+            if values.size:
+                if key == "train/truncation_rate" or key == "train/staleness_max":
+                    out[key] = float(values.max())
+                elif key == "train/staleness_mean":
+                    out[key] = float(values.mean())
+                else:
+                    out[key] = float(values[-1])
+        return out
+
+
+@dataclass(frozen=True)
+class Skipped:
+    name: str
+    dir: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class RankItem:
+    rank: int
+    name: str
+    A: float
+    group: tuple[str, ...]  # the runs tied with this one (itself included); one name when not tied
+    common_A: float | None  # the mean A the tied group was refitted at
+    B_common: float | None  # this run's B at that A
+
+
+@dataclass
+class Analysis:
+    root: Path
+    title: str
+    description: str
+    margin: float
+    runs: list[RunAnalysis] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    ranking: list[RankItem] = field(default_factory=list)
+    slope_fits: list[curves.FitResult] = field(default_factory=list)  # every run refitted at the common A
+    common_A: float | None = None
+    warnings: list[str] = field(default_factory=list)
+    x: str = curves.DEFAULT_X
+    y: str = curves.DEFAULT_Y
+    ci_level: float = 0.95
+
+
+def _index(root: Path) -> dict:
+    try:
+        return json.loads((root / INDEX).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """``root`` itself when it is one run, else its subdirectories: in ``sweep.json`` order, then by name."""
+    if not root.is_dir():
+        raise UserError(f"{root}: no such directory; give a sweep directory or a run directory")
+    if any((root / f).exists() for f in RUN_FILES):
+        return [root]
+    listed = [root / r["name"] for r in _index(root).get("runs", []) if isinstance(r, dict) and "name" in r]
+    others = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p not in listed)
+    dirs = [p for p in listed if p.is_dir()] + others
+    if not dirs:
+        raise UserError(f"{root}: no run directories in it (and no metrics.jsonl); give a sweep or run directory")
+    return dirs
+
+
+def load_diagnostics(run_dir: Path) -> Diagnostics:
+    """(steps, values) of each diagnostic the run logged; keys it never logged are left out."""
+    out: Diagnostics = {}
+    for key in DIAGNOSTIC_KEYS:
+        try:
+            s = curves.load_series(run_dir, x="step", y=key)
+        except UserError:
+            continue
+        out[key] = (s.x, s.y)
+    return out
+
+
+def _heldout(x: np.ndarray, y: np.ndarray, source: str) -> tuple[HeldOut | None, str | None]:
+    try:
+        half = curves.fit_curve(x, y, fit_until_fraction=HALF, ci=False, source=source)
+    except curves.FitError as exc:
+        return None, f"first half not fittable: {exc}"
+    if half.heldout is None:
+        return None, "no evaluation after the first half"
+    return HeldOut(
+        fit_until=half.fit_window[1], n=int(half.heldout["n"]), mean_abs_err=half.heldout["mean_abs_err"],
+        max_abs_err=half.heldout["max_abs_err"], A=half.A, end_pred=float(half.predict(x[-1])), end_true=float(y[-1]),
+    ), None
+
+
+def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
+    """Fit one run; a UserError (caught by :func:`analyse`) says why it cannot be reported."""
+    if run_dir.is_dir() and not any(run_dir.iterdir()):
+        raise UserError("empty directory: the run never started")
+    s = curves.load_series(run_dir, curves.DEFAULT_X, curves.DEFAULT_Y)
+    x_max = float(s.x.max()) if s.x.size else 0.0
+    fit = curves.fit_series(s, predict_at=[f * x_max for f in FORECAST_FACTORS])
+    heldout, note = _heldout(s.x, s.y, s.source)
+    predictions = [Prediction(f, c, r) for f, (c, r) in zip(FORECAST_FACTORS, fit.predictions)]
+    return RunAnalysis(name, run_dir, fit, heldout, note, predictions, load_diagnostics(run_dir))
+
+
+def _rank(a: Analysis) -> None:
+    by_id = {id(r.fit): r.name for r in a.runs}
+    cmp = curves.compare_fits([r.fit for r in a.runs], margin=a.margin)
+    groups: dict[int, list[str]] = {}
+    for item in cmp.ranked:
+        groups.setdefault(item.group, []).append(by_id[id(item.fit)])
+    a.ranking = [
+        RankItem(item.rank, by_id[id(item.fit)], item.fit.A, tuple(groups[item.group]), item.group_A,
+                 item.refit.B if item.refit is not None else None)
+        for item in cmp.ranked
+    ]
+    a.common_A, a.slope_fits, a.warnings = cmp.common_A, cmp.common_fits, list(cmp.warnings)
+
+
+def analyse(root: str | Path, margin: float = 0.02) -> Analysis:
+    """Analyse every run under ``root`` (see :func:`run_dirs`); unusable runs become :class:`Skipped`."""
+    root = Path(root)
+    dirs = run_dirs(root)
+    index = _index(root)
+    a = Analysis(root=root, title=root.resolve().name, description=str(index.get("description", "")), margin=margin)
+    for d in dirs:
+        try:
+            a.runs.append(analyse_run(d, d.name))
+        except (UserError, OSError) as exc:
+            a.skipped.append(Skipped(d.name, d, " ".join(str(exc).split())))
+    if a.runs:
+        a.ci_level = a.runs[0].fit.ci_level
+        _rank(a)
+    return a

@@ -1,0 +1,204 @@
+"""``scalerl report``: one self-contained, offline HTML file for a sweep (or one run).
+
+What it shows, each piece from the paper:
+
+* the compute–reward points of every run with its fitted Eq. 1 curve and the extrapolation past its compute (§1.1);
+* a table of A with its interval, B, Cmid, R0, and the held-out extrapolation error: each run refitted on the first
+  half of its compute and checked against the measured second half (§2, §5.5: fit on 8k GPU-h, check at 16k);
+* the ranking by the paper's rules: A first; runs within the margin (±0.02) are tied, refitted at their mean A
+  and ranked by B (§2 "How recipes are compared");
+* the linearised form ``log F(R)`` against ``log C`` at a common A, whose slopes are B (§1.3, Fig. 7);
+* the reward each fit predicts at 2× and 10× the run's compute;
+* training diagnostics over time: truncation rate (§3.8), staleness (§3.1), zero-variance fraction (§3.6),
+  retired prompts (§3.7), entropy (§3.9).
+
+Figures are PNGs embedded as base64, the CSS is inline, nothing is fetched: the file opens offline. A run
+directory that cannot be reported (no metrics, unreadable metrics, too few evaluations) is named in the report
+and in a one-line warning on stderr; the others are still reported. The file is written atomically.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from scalerl.atomic import write_text
+from scalerl.errors import UserError
+from scalerl.experiments.analysis import FORECAST_FACTORS, Analysis, RunAnalysis, analyse
+from scalerl.experiments.figures import TRUNCATION_ALARM, diagnostics_figure, figure_data_uri, png_data_uri
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
+     padding:0 1em;color:#1d1d1f;line-height:1.45}
+h1{font-size:1.6em;margin-bottom:.2em} h2{font-size:1.2em;margin-top:1.8em;border-bottom:1px solid #ddd}
+.meta{color:#555;font-size:.9em} .note{color:#555;font-size:.88em;max-width:70em}
+table{border-collapse:collapse;font-size:.88em;margin:.6em 0}
+th,td{border:1px solid #d0d0d0;padding:.3em .6em;text-align:right}
+th{background:#f2f2f5} .l{text-align:left}
+tr.tie td{background:#fff6dc} .bad{color:#b00020;font-weight:600} .ok{color:#11772d}
+.warn{background:#fdecea;border-left:4px solid #b00020;padding:.5em 1em;margin:1em 0}
+img{max-width:100%;height:auto;border:1px solid #eee}
+"""
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _table(headers: Iterable[str], rows: Iterable[tuple[list[str], str]], text: tuple[int, ...] = (0,)) -> str:
+    """An HTML table; cells are already-escaped HTML, each row comes with its CSS class ('' for none). Columns
+    whose index is in ``text`` are left-aligned, the others (numbers) right-aligned."""
+    def cells(tag: str, values: Iterable[str]) -> str:
+        return "".join(f'<{tag}{" class=l" if i in text else ""}>{v}</{tag}>' for i, v in enumerate(values))
+
+    head = cells("th", headers)
+    body = "".join(f'<tr{f" class={cls}" if cls else ""}>{cells("td", values)}</tr>' for values, cls in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _fits_table(runs: list[RunAnalysis]) -> str:
+    rows = []
+    for r in runs:
+        f = r.fit
+        ident = '<span class="ok">yes</span>' if f.identified else '<span class="bad">no</span>'
+        lo, hi = r.A_interval
+        rows.append(([_esc(r.name), str(r.n_points), f"{r.x_max:.3g}", f"{f.R0:.3f}", f"<b>{f.A:.3f}</b>",
+                      f"[{lo}, {hi}]", f"{f.B:.2f}", f"{f.Cmid:.3g}", ident, f"{r.y_last:.3f}"], ""))
+    return _table(["run", "evaluations", "compute", "R0", "A", "A interval", "B", "Cmid", "identified",
+                   "last reward"], rows)
+
+
+def _heldout_table(runs: list[RunAnalysis]) -> str:
+    rows, notes = [], []
+    for r in runs:
+        h = r.heldout
+        if h is None:
+            rows.append(([_esc(r.name), *["–"] * 8], ""))
+            notes.append(f'<p class="note bad">{_esc(r.name)}: no held-out check, {_esc(r.heldout_note or "")}</p>')
+            continue
+        rows.append(([_esc(r.name), f"{h.fit_until:.3g}", str(h.n), f"{h.A:.3f}", f"{r.fit.A:.3f}",
+                      f"{h.mean_abs_err:.3f}", f"{h.max_abs_err:.3f}", f"{h.end_pred:.3f}", f"{h.end_true:.3f}"], ""))
+    return _table(["run", "fitted on compute ≤", "held-out evaluations", "A (first half)", "A (all)",
+                   "mean |error|", "max |error|", "predicted last reward", "measured last reward"], rows) + "".join(notes)
+
+
+def _ranking_table(a: Analysis) -> str:
+    rows = []
+    for item in a.ranking:
+        tie = len(item.group) > 1
+        note = (f"tied with {', '.join(_esc(n) for n in item.group if n != item.name)} "
+                f"(ΔA ≤ {a.margin:g}): ranked by B at common A = {item.common_A:.3f}") if tie else "ranked by A"
+        rows.append(([_esc(item.name), str(item.rank), f"{item.A:.3f}",
+                      _num(item.B_common, ".2f") if tie else "–", note], "tie" if tie else ""))
+    return _table(["run", "rank", "A", "B at common A", "rule"], rows, text=(0, 4))
+
+
+def _forecast_table(runs: list[RunAnalysis]) -> str:
+    rows = [([_esc(r.name), f"{r.x_max:.3g}", f"{r.y_last:.3f}",
+              *(f"{p.reward:.3f} <span class=meta>@ {p.compute:.3g}</span>" for p in r.predictions)], "")
+            for r in runs]
+    return _table(["run", "compute so far", "last reward", "predicted at 2×", "predicted at 10×"], rows)
+
+
+def _diagnostics_table(runs: list[RunAnalysis]) -> str:
+    rows = []
+    for r in runs:
+        d = r.diagnostics
+        trunc = d.get("train/truncation_rate")
+        alarm = trunc is not None and trunc > TRUNCATION_ALARM
+        rows.append(([_esc(r.name),
+                      f'<span class="{"bad" if alarm else ""}">{_num(trunc, ".1%")}</span>',
+                      _num(d.get("train/staleness_mean"), ".2f"), _num(d.get("train/staleness_max"), ".0f"),
+                      _num(d.get("train/zero_var_frac"), ".2f"), _num(d.get("curriculum/retired"), ".0f"),
+                      _num(d.get("train/entropy"), ".3f")], ""))
+    return _table(["run", "max truncation", "mean staleness", "max staleness", "last zero-var frac",
+                   "retired prompts", "last entropy"], rows)
+
+
+def render(a: Analysis, figures: dict[str, str]) -> str:
+    """The report's HTML; ``figures`` maps 'curves', 'slopes', 'diagnostics' to data URIs ('' to leave one out)."""
+    skipped = ""
+    if a.skipped:
+        items = "".join(f"<li><b>{_esc(s.name)}</b> ({_esc(s.dir)}): {_esc(s.reason)}</li>" for s in a.skipped)
+        skipped = f'<div class="warn"><b>Not reported</b> ({len(a.skipped)}):<ul>{items}</ul></div>'
+
+    def fig(key: str, alt: str) -> str:
+        return f'<img src="{figures[key]}" alt="{_esc(alt)}">' if figures.get(key) else '<p class="note">(not enough data)</p>'
+
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>scalerl report: {_esc(a.title)}</title>
+<style>{CSS}</style></head><body>
+<h1>ScaleRL report: {_esc(a.title)}</h1>
+<p class="meta">{_esc(a.root)} · {len(a.runs)} run(s) reported, {len(a.skipped)} not · x = {_esc(a.x)}, y = {_esc(a.y)}
+ · generated {time.strftime("%Y-%m-%d %H:%M")}</p>
+{f'<p class="note">{_esc(a.description)}</p>' if a.description else ''}
+{skipped}
+<h2>Compute–reward curves</h2>
+{fig("curves", "measured points, fitted sigmoids and extrapolations of every run")}
+<p class="note">Eq. 1, R(C) = R0 + (A − R0) / (1 + (Cmid/C)^B), fitted to every run; the dashed part extrapolates
+to 10× the run's compute. A higher A raises the ceiling; a higher B and a smaller Cmid reach it sooner (§1.1).</p>
+<h2>Fitted parameters</h2>
+{_fits_table(a.runs)}
+<p class="note">A interval: {a.ci_level:.0%} profile-likelihood interval, widened for autocorrelated
+evaluation noise (scalerl.curves); “open” means the data do not bound that end. “identified: no” means the
+run has not passed Cmid, so A is not pinned down yet.</p>
+<h2>Held-out extrapolation check</h2>
+{_heldout_table(a.runs)}
+<p class="note">As in §2 and §5.5 (fit up to 8k GPU-h, check at 16k): each run is refitted on the first half of
+its compute, and that curve is scored on the evaluations of the second half it did not see.</p>
+<h2>Ranking</h2>
+{_ranking_table(a)}
+{"".join(f'<p class="note">⚠ {_esc(w)}</p>' for w in a.warnings)}
+<p class="note">The paper's rule (§2): compare A first; A values within ±{a.margin:g} are treated as equal,
+those runs are refitted with their mean A, and the higher B ranks first. Shaded rows are ties.</p>
+<h2>Linearised slopes at a common A</h2>
+{fig("slopes", "log F(R) against log C at a common A")}
+<p class="note">§1.3 (Fig. 7): with A fixed, F(R) = Cmid^B / ((A − R0)/(R − R0) − 1) equals C^B on the curve,
+so log F(R) against log C is a line whose slope is B. Steeper is more compute-efficient.</p>
+<h2>Predicted reward at 2× and 10× compute</h2>
+{_forecast_table(a.runs)}
+<h2>Diagnostics over training</h2>
+{fig("diagnostics", "truncation rate, staleness, zero-variance fraction, retired prompts and entropy per step")}
+{_diagnostics_table(a.runs)}
+<p class="note">Truncation rate above {TRUNCATION_ALARM:.0%} (red) destabilised the paper's runs (§3.8, A.6);
+entropy falls in every run and does not predict performance (§3.9).</p>
+</body></html>
+"""
+
+
+def build_figures(a: Analysis) -> dict[str, str]:
+    from scalerl import curves
+
+    return {
+        "curves": png_data_uri(lambda p: curves.plot_fits(
+            [r.fit for r in a.runs], p, extrapolate_to=max(FORECAST_FACTORS), labels=[r.name for r in a.runs])),
+        "slopes": png_data_uri(lambda p: curves.plot_linearised(
+            a.slope_fits, p, title=f"Linearised Eq. 1 at common A = {a.common_A:.3f}: slope = B")) if a.slope_fits else "",
+        "diagnostics": figure_data_uri(diagnostics_figure({r.name: r.series for r in a.runs})),
+    }
+
+
+def warn_skipped(a: Analysis) -> None:
+    for s in a.skipped:
+        print(f"warning: {s.dir} not reported: {s.reason}", file=sys.stderr)
+
+
+def write_report(root: str | Path, out: str | Path, margin: float = 0.02, quiet: bool = False) -> Analysis:
+    """Analyse the runs under ``root`` and write the report to ``out`` (atomically). UserError when no run is usable."""
+    out = Path(out)
+    if out.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"--out {out}: the report is an HTML file; give a name ending in .html")
+    a = analyse(Path(root), margin=margin)
+    warn_skipped(a)
+    if not a.runs:
+        reasons = "; ".join(f"{s.name}: {s.reason}" for s in a.skipped)
+        raise UserError(f"no usable run in {root} ({reasons})")
+    write_text(out, render(a, build_figures(a)))
+    return a

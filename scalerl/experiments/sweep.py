@@ -1,0 +1,178 @@
+"""Running a sweep: each planned run in its own directory ``OUT/<name>``, resumable, with an index ``sweep.json``.
+
+A run is *finished* when ``OUT/<name>/sweep_done.json`` exists and records the same budget (``steps``,
+``max_minutes``) as the run's config now. The marker is written atomically after the run function returns, so a
+run killed at any point has no marker and is resumed (``--resume``) on the next invocation; a finished run is
+skipped; a finished run whose budget was raised in the spec is resumed to extend it. A run directory holding a
+run whose config differs in more than the runner lets a resumed run change (``RESUMABLE_FIELDS``: budget, backend,
+threads, ...) is a UserError before anything runs.
+
+The loop is :func:`run_sequential`; :func:`run_one` carries everything one run needs, so a parallel backend
+(e.g. Ray) can map ``run_one`` over the plan instead.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from rich.console import Console
+
+from scalerl.atomic import write_json
+from scalerl.config import RunConfig, config_from_run_dir
+from scalerl.errors import UserError
+from scalerl.experiments.spec import PlannedRun, Sweep
+
+DONE = "sweep_done.json"
+INDEX = "sweep.json"
+ERROR_LOG = "sweep_error.log"
+BUDGET_FIELDS = ("steps", "max_minutes")  # a run is finished for one budget
+
+Status = Literal["pending", "running", "done", "failed", "interrupted"]
+
+
+class RunFn(Protocol):
+    """Trains one run into ``out`` (resuming it when ``resume``) and returns a JSON-able summary."""
+
+    def __call__(self, cfg: RunConfig, out: Path, resume: bool, show_progress: bool) -> dict[str, Any]: ...
+
+
+def train_run(cfg: RunConfig, out: Path, resume: bool, show_progress: bool) -> dict[str, Any]:
+    """The real run function: :func:`scalerl.pipeline.runner.train`."""
+    from scalerl.pipeline.runner import train
+
+    return train(cfg, out, resume=resume, show_progress=show_progress)
+
+
+@dataclass
+class RunRecord:
+    """One run's line in ``sweep.json``."""
+
+    name: str
+    dir: str
+    overrides: list[str]
+    status: Status = "pending"
+    action: str = ""  # what this invocation did: new, resume, extend, skip
+    seconds: float = 0.0
+    error: str | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _budget(cfg: RunConfig) -> dict[str, Any]:
+    return {k: getattr(cfg, k) for k in BUDGET_FIELDS}
+
+
+def read_done(run_dir: Path) -> dict[str, Any] | None:
+    """The finished-run marker, or None when the run has not finished (or the marker is unreadable)."""
+    try:
+        return json.loads((run_dir / DONE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def plan_action(cfg: RunConfig, run_dir: Path) -> str:
+    """``skip`` (finished at this budget), ``extend`` (finished at another budget), ``resume`` (started, not
+    finished) or ``new``. A run directory made with a different config is a UserError."""
+    done = read_done(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        return "new"
+    from scalerl.pipeline.runner import RESUMABLE_FIELDS
+    from scalerl.presets import config_diff
+
+    saved = config_from_run_dir(run_dir)
+    diff = [d for d in config_diff(saved, cfg) if d[0].split(".")[0] not in RESUMABLE_FIELDS]
+    if diff:
+        path, old, new = diff[0]
+        raise UserError(
+            f"{run_dir} holds a run with another config ({path}: {old} there, {new} in the spec); "
+            "delete that directory or choose another --out"
+        )
+    if done is not None:
+        return "skip" if done.get("budget") == _budget(cfg) else "extend"
+    return "resume"
+
+
+def run_one(run: PlannedRun, cfg: RunConfig, out: Path, run_fn: RunFn, show_progress: bool) -> RunRecord:
+    """Bring one run to its budget: skip, start, resume or extend it; write its marker when it returns.
+
+    Any exception from the run is recorded (``failed``, traceback in ``sweep_error.log``) so the other runs
+    of the sweep still run; Ctrl-C is not caught."""
+    run_dir = out / run.name
+    rec = RunRecord(run.name, str(run_dir), list(run.overrides))
+    rec.action = plan_action(cfg, run_dir)
+    if rec.action == "skip":
+        rec.status = "done"
+        rec.summary = (read_done(run_dir) or {}).get("summary", {})
+        return rec
+    start = time.perf_counter()
+    try:
+        summary = run_fn(cfg, run_dir, rec.action != "new", show_progress)
+    except Exception as exc:  # noqa: BLE001 - one broken run must not stop the sweep
+        rec.status, rec.error = "failed", " ".join(f"{type(exc).__name__}: {exc}".split())
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / ERROR_LOG).write_text(traceback.format_exc())
+    else:
+        rec.status, rec.summary = "done", _jsonable(summary)
+        write_json(run_dir / DONE, {"name": run.name, "budget": _budget(cfg), "summary": rec.summary,
+                                    "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+        (run_dir / ERROR_LOG).unlink(missing_ok=True)
+    rec.seconds = time.perf_counter() - start
+    return rec
+
+
+def _jsonable(obj: Any) -> Any:
+    return json.loads(json.dumps(obj, default=str))
+
+
+def write_index(out: Path, sweep: Sweep, records: list[RunRecord]) -> None:
+    write_json(out / INDEX, {
+        "source": sweep.source,
+        "description": sweep.description,
+        "base": sweep.base,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "runs": [asdict(r) for r in records],
+    })
+
+
+def run_sequential(
+    sweep: Sweep, out: str | Path, run_fn: RunFn | None = None, show_progress: bool = True,
+    console: Console | None = None,
+) -> list[RunRecord]:
+    """Run the sweep's runs one after another into ``out``, keeping ``sweep.json`` current after every change.
+    ``run_fn`` defaults to :func:`train_run` (looked up at call time, so tests can replace it)."""
+    out = Path(out)
+    run_fn = run_fn or train_run
+    console = console or Console(stderr=True, quiet=not show_progress)
+    configs = sweep.configs()
+    records = [RunRecord(r.name, str(out / r.name), list(r.overrides)) for r in sweep.runs]
+    for rec in records:  # checks every existing run directory before anything runs
+        rec.action = plan_action(configs[rec.name], Path(rec.dir))
+        if rec.action == "skip":
+            rec.status = "done"
+    out.mkdir(parents=True, exist_ok=True)
+    write_index(out, sweep, records)
+    n = len(records)
+    for i, (run, rec) in enumerate(zip(sweep.runs, records), 1):
+        if rec.action == "skip":
+            console.print(f"[dim][{i}/{n}] {run.name}: finished, skipped[/dim]")
+            continue
+        rec.status = "running"
+        write_index(out, sweep, records)
+        console.rule(f"[{i}/{n}] {run.name}")
+        try:
+            records[i - 1] = rec = run_one(run, configs[run.name], out, run_fn, show_progress)
+        except BaseException:
+            rec.status = "interrupted"
+            write_index(out, sweep, records)
+            raise
+        write_index(out, sweep, records)
+        if rec.status == "failed":
+            console.print(f"[red][{i}/{n}] {run.name} failed: {rec.error}[/red]")
+        else:
+            console.print(f"[green][{i}/{n}] {run.name}: done ({rec.action}, {rec.seconds:.0f} s)[/green]")
+    return records
+

@@ -1,0 +1,163 @@
+"""Sweeps: spec parsing and grid naming, malformed specs as one-line errors, and resumption after a kill."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from scalerl.curves.synthetic import CurveParams
+from scalerl.errors import UserError
+from scalerl.experiments.spec import grid_runs, load_sweep
+from scalerl.experiments.sweep import DONE, INDEX, run_sequential
+from scalerl.experiments.synthetic_runs import Killed, SyntheticRunFn
+
+FAST = ["steps=12", "eval.every=3"]
+CURVE = CurveParams(0.1, 0.6, 1.5, 0.05)
+
+
+def write_spec(tmp_path, text: str):
+    path = tmp_path / "spec.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_grid_is_a_cartesian_product_with_readable_names():
+    runs = grid_runs({"batch.prompts": [4, 8], "batch.generations": [2, 4]})
+    assert runs == {
+        "prompts-4_generations-2": ["batch.prompts=4", "batch.generations=2"],
+        "prompts-4_generations-4": ["batch.prompts=4", "batch.generations=4"],
+        "prompts-8_generations-2": ["batch.prompts=8", "batch.generations=2"],
+        "prompts-8_generations-4": ["batch.prompts=8", "batch.generations=4"],
+    }
+    # two fields ending in the same name are told apart by their whole path
+    assert list(grid_runs({"optim.lr": [0.001], "warmup.lr": [0.5]})) == ["optim-lr-0.001_warmup-lr-0.5"]
+
+
+def test_spec_layers_base_set_run_and_command_line(tmp_path):
+    spec = write_spec(tmp_path, """
+        base: scalerl
+        set: [steps=7, batch.prompts=4]
+        runs:
+          small: [batch.generations=2]
+          big: [batch.generations=4, steps=9]
+    """)
+    sweep = load_sweep(spec, ["eval.every=2"])
+    cfgs = sweep.configs()
+    assert list(cfgs) == ["small", "big"]
+    assert (cfgs["small"].steps, cfgs["small"].batch.prompts, cfgs["small"].batch.generations) == (7, 4, 2)
+    assert (cfgs["big"].steps, cfgs["big"].batch.generations, cfgs["big"].eval.every) == (9, 4, 2)
+    assert cfgs["big"].name == "big"
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("base: scalerl\n", "exactly one of 'runs:'"),
+        ("runs: {a: []}\ngrid: {steps: [1]}\n", "exactly one of 'runs:'"),
+        ("runs: {a: []}\nbogus: 1\n", "bogus: unknown key"),
+        ("runs: {a: [batch.nonsense=3]}\n", "run 'a'"),
+        ("runs: {a: batch.prompts=3}\n", "runs.a"),
+        ("runs: {'bad/name': []}\n", "not usable as a directory name"),
+        ("grid: {steps: []}\n", "grid field 'steps' has no values"),
+        ("base: nope\nruns: {a: []}\n", "unknown preset 'nope'"),
+        ("runs: [a, b\n", "not valid YAML"),
+    ],
+)
+def test_malformed_spec_is_one_line_user_error(tmp_path, text, needle):
+    with pytest.raises(UserError) as err:
+        load_sweep(write_spec(tmp_path, text))
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_cli_malformed_spec_exits_2_without_output(tmp_path, capsys):
+    from scalerl.cli import main
+
+    spec = write_spec(tmp_path, "runs: {a: [algo.loss.name=nope]}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(spec), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2
+    assert err.startswith("error: sweep spec") and "unknown loss" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+
+
+def _steps(run_dir):
+    return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_killed_sweep_restarts_without_redoing_finished_runs(tmp_path):
+    spec = write_spec(tmp_path, "runs: {a: [seed=1], b: [seed=2], c: [seed=3]}\n")
+    sweep = load_sweep(spec, FAST)
+    out = tmp_path / "sweep"
+    fake = SyntheticRunFn({n: CURVE for n in "abc"}, kill_at={"b": 5})
+    with pytest.raises(Killed):
+        run_sequential(sweep, out, run_fn=fake, show_progress=False)
+    index = json.loads((out / INDEX).read_text())
+    assert [(r["name"], r["status"]) for r in index["runs"]] == [("a", "done"), ("b", "interrupted"), ("c", "pending")]
+    assert (out / "a" / DONE).exists() and not (out / "b" / DONE).exists()
+
+    records = run_sequential(sweep, out, run_fn=fake, show_progress=False)
+    # a is not run again; b is resumed; c starts fresh
+    assert fake.calls == [("a", False), ("b", False), ("b", True), ("c", False)]
+    assert [(r.name, r.status, r.action) for r in records] == [("a", "done", "skip"), ("b", "done", "resume"), ("c", "done", "new")]
+    assert _steps(out / "b") == list(range(13))  # continued after step 5, no gap, no duplicate
+    assert json.loads((out / INDEX).read_text())["runs"][1]["status"] == "done"
+
+    run_sequential(sweep, out, run_fn=fake, show_progress=False)
+    assert len(fake.calls) == 4  # everything finished: nothing runs
+
+
+def test_raised_budget_extends_finished_runs(tmp_path):
+    spec = write_spec(tmp_path, "runs: {a: []}\n")
+    out = tmp_path / "sweep"
+    fake = SyntheticRunFn({"a": CURVE})
+    run_sequential(load_sweep(spec, FAST), out, run_fn=fake, show_progress=False)
+    records = run_sequential(load_sweep(spec, ["steps=15", "eval.every=3"]), out, run_fn=fake, show_progress=False)
+    assert records[0].action == "extend" and fake.calls[-1] == ("a", True)
+    assert _steps(out / "a") == list(range(16))
+
+
+def test_run_directory_with_another_config_is_refused(tmp_path):
+    spec = write_spec(tmp_path, "runs: {a: []}\n")
+    out = tmp_path / "sweep"
+    fake = SyntheticRunFn({"a": CURVE})
+    run_sequential(load_sweep(spec, FAST), out, run_fn=fake, show_progress=False)
+    with pytest.raises(UserError, match="another config .*batch.prompts"):
+        run_sequential(load_sweep(spec, [*FAST, "batch.prompts=3"]), out, run_fn=fake, show_progress=False)
+    # where and how a run executes may change (the runner's RESUMABLE_FIELDS): still the same, finished run
+    records = run_sequential(load_sweep(spec, [*FAST, "tensorboard=false", "backend=inline"]), out, run_fn=fake,
+                             show_progress=False)
+    assert records[0].action == "skip" and len(fake.calls) == 1
+
+
+def test_a_failing_run_is_recorded_and_the_others_still_run(tmp_path):
+    spec = write_spec(tmp_path, "runs: {a: [], b: [], c: []}\n")
+    out = tmp_path / "sweep"
+    fake = SyntheticRunFn({"a": CURVE, "c": CURVE})  # no curve for b: KeyError inside the run
+    records = run_sequential(load_sweep(spec, FAST), out, run_fn=fake, show_progress=False)
+    assert [r.status for r in records] == ["done", "failed", "done"]
+    assert "KeyError" in records[1].error and "KeyError" in (out / "b" / "sweep_error.log").read_text()
+
+
+def test_real_tiny_sweep_through_the_runner_skips_and_extends(tmp_path):
+    """Two micro runs through scalerl.pipeline.runner.train; a second invocation skips both, a raised budget
+    resumes both from their checkpoints and continues their metrics without a gap."""
+    from scalerl.config import CONFIG_DIR
+
+    spec = CONFIG_DIR / "sweeps" / "micro.yaml"
+    out = tmp_path / "micro"
+    records = run_sequential(load_sweep(spec, ["steps=4", "eval.every=2"]), out, show_progress=False)
+    assert [(r.name, r.status, r.action) for r in records] == [("scalerl", "done", "new"), ("no-fp32", "done", "new")]
+    before = (out / "scalerl" / "metrics.jsonl").read_text()
+    records = run_sequential(load_sweep(spec, ["steps=4", "eval.every=2"]), out, show_progress=False)
+    assert [r.action for r in records] == ["skip", "skip"]
+    assert (out / "scalerl" / "metrics.jsonl").read_text() == before
+    records = run_sequential(load_sweep(spec, ["steps=6", "eval.every=2"]), out, show_progress=False)
+    assert [(r.status, r.action) for r in records] == [("done", "extend")] * 2
+    for name in ("scalerl", "no-fp32"):
+        train_steps = [json.loads(x)["step"] for x in (out / name / "metrics.jsonl").read_text().splitlines()
+                       if "val/pass_rate" not in json.loads(x)]
+        assert train_steps == [1, 2, 3, 4, 5, 6]
+        assert json.loads((out / name / DONE).read_text())["budget"] == {"steps": 6, "max_minutes": None}
