@@ -1,5 +1,9 @@
 #!/usr/bin/env bash
-# Install scalerl and its test dependencies into the current Python environment.
+# Install scalerl into the current Python environment.
+#
+#   ./install.sh          the package and what `scalerl demo` needs
+#   ./install.sh --dev    also the test dependencies, and Chromium for the report's browser test when apt-get
+#                         is available as root (otherwise that one test skips)
 #
 # PyTorch is handled first: a bare `torch` requirement on a machine without torch pulls several GB of CUDA
 # wheels. So when no torch is importable we install the CPU build (a local wheel when pip's find-links has one,
@@ -8,13 +12,32 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PY="${PYTHON:-python3}"
 TORCH_VERSION="${SCALERL_TORCH_VERSION:-2.13.0}"
+EXTRAS=""
+BROWSER=0
+for arg in "$@"; do
+  case "$arg" in
+    --dev) EXTRAS="[dev]"; BROWSER=1 ;;
+    *) echo "install.sh: unknown option $arg (use --dev)" >&2; exit 2 ;;
+  esac
+done
 
 if "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "install.sh: keeping the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
   echo "install.sh: no torch found; installing the CPU build of torch==$TORCH_VERSION"
-  "$PY" -m pip install --no-index "torch==$TORCH_VERSION" 2>/dev/null \
-    || "$PY" -m pip install "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
-    || "$PY" -m pip install "torch==$TORCH_VERSION"
+  "$PY" -m pip install -q --no-index "torch==$TORCH_VERSION" 2>/dev/null \
+    || "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
+    || "$PY" -m pip install -q "torch==$TORCH_VERSION"
 fi
-"$PY" -m pip install -q -e ".[dev]" "$@"
+"$PY" -m pip install -q -e ".$EXTRAS" 2>&1 | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" >&2 || true
+"$PY" -c "import scalerl, torch" # fail loudly if the install did not work
+
+if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "install.sh: installing Chromium for the report's browser test"
+    (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
+      || echo "install.sh: could not install Chromium; the browser test will skip"
+  else
+    echo "install.sh: Chromium not found; the report's browser test will skip"
+  fi
+fi

@@ -38,7 +38,7 @@ from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import prompt_encoder
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.progress import RunDisplay
-from scalerl.runlog import METRICS, RunLog, load_latest_checkpoint, save_checkpoint
+from scalerl.runlog import METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
 from scalerl.atomic import write_text
 from scalerl.trainer import Trainer
 
@@ -174,7 +174,8 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
             },
         )
 
-    last_eval_step = -1
+    # a resumed run that already evaluated at its checkpoint step must not evaluate there again
+    last_eval_step = max((int(r["step"]) for r in read_metrics(out) if "val/pass_rate" in r), default=-1)
     try:
         with display:
             display.start(step, warm_stats)
