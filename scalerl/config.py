@@ -44,9 +44,9 @@ class ModelConfig(Strict):
 class WarmupConfig(Strict):
     """Short supervised phase so that RL starts as from a base model: low but non-zero pass rate (cached on disk)."""
 
-    steps: int = Field(150, ge=0)
+    steps: int = Field(280, ge=0)
     batch_size: int = Field(64, ge=1)
-    lr: float = Field(2e-3, gt=0)
+    lr: float = Field(3e-3, gt=0)
     cache: bool = True
 
 

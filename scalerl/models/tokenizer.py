@@ -1,0 +1,70 @@
+"""The built-in tokenizer: printable ASCII characters plus a few multi-character tokens.
+
+Small enough for a tiny model's embedding, general enough for any plain-text task. The multi-character tokens
+are the thinking delimiters and the words of the ScaleRL interruption phrase (paper_spec §3.8, "Okay, time is
+up. Let me stop thinking and formulate a final answer now. </think>"), so a forced interruption costs ~16
+tokens instead of ~80 characters. Encoding is greedy longest match; ``decode(encode(s)) == s`` for every string
+of printable ASCII and newlines. The vocabulary is fixed, so ids are stable and there is nothing to save.
+"""
+
+from __future__ import annotations
+
+from scalerl.errors import UserError
+
+PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
+THINK, END_THINK = "<think>", "</think>"
+INTERRUPTION_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+
+# Words of the phrase and of its variants (§3.8: A.10 drops "now"; the ICLR text says "an answer"), each with
+# its leading space, as BPE vocabularies do. Listed explicitly so the id order never changes.
+_WORDS = (
+    "Okay,", " Okay,", " time", " is", " up.", " Let", " me", " stop", " thinking", " and", " formulate",
+    " a", " an", " final", " answer", " answer.", " now.",
+)
+_CHARS = ("\n",) + tuple(chr(c) for c in range(32, 127))
+
+
+class CharTokenizer:
+    """Fixed vocabulary: ``<pad>``, ``<bos>``, ``<eos>``, ``\\n``, printable ASCII, ``<think>``,
+    ``</think>``, then the interruption-phrase words.
+
+    ``<pad>``/``<bos>``/``<eos>`` are never produced by :meth:`encode` (a text that happens to contain
+    ``"<eos>"`` must not end a generation); :meth:`decode` renders every id, specials included, as its text.
+    """
+
+    def __init__(self) -> None:
+        self.tokens: tuple[str, ...] = (PAD, BOS, EOS) + _CHARS + (THINK, END_THINK) + _WORDS
+        self.vocab_size = len(self.tokens)
+        self.pad_id, self.bos_id, self.eos_id = 0, 1, 2
+        self._ids = {tok: i for i, tok in enumerate(self.tokens)}
+        # multi-character tokens by first character, longest first: the greedy longest match
+        self._multi: dict[str, list[str]] = {}
+        for tok in sorted(self.tokens[3 + len(_CHARS):], key=len, reverse=True):
+            self._multi.setdefault(tok[0], []).append(tok)
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        i, n = 0, len(text)
+        while i < n:
+            for tok in self._multi.get(text[i], ()):
+                if text.startswith(tok, i):
+                    ids.append(self._ids[tok])
+                    i += len(tok)
+                    break
+            else:
+                ch = text[i]
+                if ch not in self._ids:
+                    raise UserError(
+                        f"text has character {ch!r} that the built-in tokenizer cannot encode "
+                        "(it covers printable ASCII and newlines); use a Hugging Face model for other text"
+                    )
+                ids.append(self._ids[ch])
+                i += 1
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.tokens[i] for i in ids)
+
+    def token_id(self, token: str) -> int:
+        """The id of one vocabulary entry (e.g. ``"</think>"``)."""
+        return self._ids[token]

@@ -1,0 +1,131 @@
+"""Supervised warm-up: a short teacher-forced phase on the task's demonstrations so that RL starts as from a
+base model, with a low but non-zero pass rate (the paper's runs start from pretrained models; §2, §5).
+
+Cached on disk: the key hashes everything that determines the result (the initial weights, the tokenizer's
+vocabulary, the training demonstrations, the warm-up config and the seed), so a second run with the same
+inputs loads the weights in well under a second. The cache directory is ``cache_dir``, else
+``$SCALERL_CACHE``, else ``~/.cache/scalerl``; files are written atomically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from scalerl.atomic import atomic_path
+from scalerl.config import WarmupConfig
+from scalerl.models.base import Tokenizer
+
+_FORMAT = 1  # bump when the warm-up procedure changes, so old cache entries are not reused
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    if cache_dir is not None:
+        return Path(cache_dir)
+    return Path(os.environ.get("SCALERL_CACHE") or Path.home() / ".cache" / "scalerl")
+
+
+def _examples(task: Any, tokenizer: Tokenizer) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens as the generator sees them, completion tokens + EOS) for each training problem."""
+    from scalerl.pipeline.generator import encode_prompt  # the one place prompts are encoded
+
+    return [
+        (encode_prompt(tokenizer, p.prompt), list(tokenizer.encode(task.demonstration(p))) + [tokenizer.eos_id])
+        for p in task.train_problems()
+    ]
+
+
+def _cache_key(model: torch.nn.Module, tokenizer: Tokenizer, examples: list, cfg: WarmupConfig, seed: int) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({"format": _FORMAT, "seed": seed, "cfg": cfg.model_dump(exclude={"cache"}),
+                         "vocab": tokenizer.vocab_size, "examples": examples}).encode())
+    for name, tensor in model.state_dict().items():
+        h.update(name.encode())
+        h.update(str(tensor.dtype).encode())
+        h.update(tensor.detach().cpu().float().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def _batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
+    """Right-padded input ids [N, T], attention mask [N, T] and targets [N, T] (-100 except completions)."""
+    width = max(len(p) + len(c) for p, c in examples)
+    ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    targets = torch.full((len(examples), width), -100, dtype=torch.long)
+    for i, (p, c) in enumerate(examples):
+        seq = p + c
+        ids[i, : len(seq)] = torch.tensor(seq)
+        # the logits at position t predict token t + 1: completion tokens are predicted from len(p) - 1 on
+        targets[i, len(p) - 1 : len(seq) - 1] = torch.tensor(c)
+    return ids, ids != pad_id, targets
+
+
+def warmup(
+    model: torch.nn.Module,
+    tokenizer: Tokenizer,
+    task: Any,
+    cfg: WarmupConfig,
+    seed: int,
+    cache_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Train ``model`` in place on ``task.demonstration(p)`` for the task's training problems.
+
+    Teacher-forced next-token loss on the completion tokens (prompt tokens carry no loss), AdamW at
+    ``cfg.lr`` (short warm-up, flat, linear decay over the last 20%) for ``cfg.steps`` steps of
+    ``cfg.batch_size`` examples. Returns stats:
+    ``cached`` (loaded from disk), ``steps``, ``loss_first``, ``loss_last``, ``seconds``, ``path``."""
+    if cfg.steps == 0:
+        return {"cached": False, "steps": 0, "seconds": 0.0}
+    t0 = time.perf_counter()
+    examples = _examples(task, tokenizer)
+    path = cache_root(cache_dir) / "warmup" / f"{_cache_key(model, tokenizer, examples, cfg, seed)}.pt"
+    if cfg.cache and path.is_file():
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        with torch.no_grad():
+            model.load_state_dict(saved["state_dict"])
+        return {**saved["stats"], "cached": True, "seconds": time.perf_counter() - t0, "path": str(path)}
+
+    stats = _train(model, tokenizer, examples, cfg, seed)
+    stats["seconds"] = time.perf_counter() - t0
+    if cfg.cache:
+        with atomic_path(path) as tmp:
+            torch.save({"state_dict": model.state_dict(), "stats": stats}, tmp)
+        stats["path"] = str(path)
+    return {**stats, "cached": False}
+
+
+def _lr_factor(step: int, steps: int) -> float:
+    """Warm-up, stable, decay: linear rise over the first 5% of steps, flat, linear fall over the last 20%."""
+    rise, fall = max(1, steps // 20), max(1, steps // 5)
+    return min(1.0, (step + 1) / rise, (steps - step) / fall)
+
+
+def _train(
+    model: torch.nn.Module, tokenizer: Tokenizer, examples: list, cfg: WarmupConfig, seed: int
+) -> dict[str, Any]:
+    device = next(model.parameters()).device
+    rng = np.random.default_rng([seed, 0xA11])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg.steps))
+    model.train()
+    losses = []
+    for _ in range(cfg.steps):
+        pick = rng.choice(len(examples), size=min(cfg.batch_size, len(examples)), replace=False)
+        ids, mask, targets = (x.to(device) for x in _batch([examples[i] for i in pick], tokenizer.pad_id))
+        logits = model(ids, mask)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    model.eval()
+    return {"steps": cfg.steps, "loss_first": losses[0], "loss_last": float(np.mean(losses[-10:]))}

@@ -1,0 +1,195 @@
+"""The built-in engine: FP32 log-probs, reproducibility, in-flight weight updates (§3.1), interruptions and
+truncation (§3.8)."""
+
+import numpy as np
+import pytest
+import torch
+
+from scalerl.config import ModelConfig
+from scalerl.engines.base import Engine
+from scalerl.engines.builtin import BuiltinEngine, sample_tokens
+from scalerl.models.tiny import build_tiny
+from scalerl.models.tokenizer import INTERRUPTION_PHRASE, CharTokenizer
+
+MICRO = ModelConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=96)
+TOK = CharTokenizer()
+PROMPTS = [TOK.encode("12+7="), TOK.encode("3-40+5+61=")]  # different lengths: left padding
+
+
+class Length:
+    """Duck-typed stand-in for scalerl.algo.length_control objects."""
+
+    def __init__(self, max_new_tokens=24, lo=None, hi=None, phrase="", answer_budget=4, think_end="</think>"):
+        self.max_new_tokens, self.lo, self.hi = max_new_tokens, lo, hi
+        self.phrase, self.answer_budget, self.think_end = phrase, answer_budget, think_end
+
+    def think_budgets(self, n, rng: np.random.Generator):
+        if self.lo is None:
+            return [None] * n
+        return [int(b) for b in rng.integers(self.lo, self.hi + 1, size=n)]
+
+
+def engine(seed=0, **kw) -> BuiltinEngine:
+    return BuiltinEngine(build_tiny(MICRO, seed), TOK, **kw)
+
+
+@torch.no_grad()
+def full_logprobs(model, sample) -> torch.Tensor:
+    """log-softmax of one full forward over prompt + completion, at the completion tokens."""
+    seq = torch.tensor(sample.prompt_tokens + sample.tokens)[None]
+    logits = model(seq)[0, len(sample.prompt_tokens) - 1 : -1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(sample.tokens)[:, None])[:, 0]
+
+
+def test_sampler_draws_from_the_softmax():
+    logits = torch.tensor([[0.0, 1.0, 2.0, -float("inf")]]).expand(40_000, 4)
+    tok = sample_tokens(logits, torch.Generator().manual_seed(0))
+    freq = torch.bincount(tok, minlength=4).double() / tok.numel()
+    assert torch.allclose(freq, logits[0].double().softmax(-1), atol=0.01) and freq[3] == 0
+
+
+def test_logprobs_equal_full_forward_with_fp32_head():
+    eng = engine(fp32_head=True)
+    assert isinstance(eng, Engine)
+    out = eng.generate(PROMPTS, n=3, length=Length(), seed=1)
+    assert [len(g) for g in out] == [3, 3]
+    for prompt, group in zip(PROMPTS, out):
+        for s in group:
+            assert s.prompt_tokens == prompt and len(s.tokens) == len(s.logprobs) == len(s.versions) > 0
+            assert torch.allclose(torch.tensor(s.logprobs), full_logprobs(eng.model, s), atol=1e-5)
+            assert s.text == TOK.decode([t for t in s.tokens if t not in (TOK.eos_id, TOK.pad_id)])
+            assert s.finished != s.truncated
+
+
+def test_same_seed_same_samples():
+    a = engine().generate(PROMPTS, 4, Length(), seed=5)
+    b = engine().generate(PROMPTS, 4, Length(), seed=5)
+    c = engine().generate(PROMPTS, 4, Length(), seed=6)
+    tokens = lambda out: [s.tokens for g in out for s in g]  # noqa: E731
+    assert tokens(a) == tokens(b) and [s.logprobs for g in a for s in g] == [s.logprobs for g in b for s in g]
+    assert tokens(a) != tokens(c)
+
+
+def test_inflight_update_switches_version_mid_sequence_on_the_kept_cache():
+    eng = engine()
+    # the new weights differ only in the final norm, which no cached key/value depends on: tokens sampled
+    # after the update must then match a full forward under the new weights exactly
+    new = {k: v.clone() for k, v in eng.model.state_dict().items()}
+    new["norm.weight"] *= 3.0
+    old_model, new_model = build_tiny(MICRO, 0), build_tiny(MICRO, 0)
+    new_model.load_state_dict(new)
+    polls = []
+
+    def source(current):
+        polls.append(current)
+        return (1, new) if len(polls) == 4 else None  # 1st poll is before prefill: the update follows token 2
+
+    ptr = eng.model.norm.weight.data_ptr()
+    out = eng.generate(PROMPTS, 4, Length(max_new_tokens=12), seed=3, weight_source=source)
+    assert eng.version == 1 and eng.model.norm.weight.data_ptr() == ptr and polls[:4] == [0, 0, 0, 0]
+    samples = [s for g in out for s in g if len(s.tokens) > 3]
+    assert len(samples) >= 4
+    for s in samples:
+        assert s.versions == [0, 0, 0] + [1] * (len(s.tokens) - 3)
+        lp = torch.tensor(s.logprobs)
+        assert torch.allclose(lp[:3], full_logprobs(old_model, s)[:3], atol=1e-5)
+        assert torch.allclose(lp[3:], full_logprobs(new_model, s)[3:], atol=1e-5)
+        assert not torch.allclose(lp[3:], full_logprobs(old_model, s)[3:], atol=1e-3)
+
+
+def test_inflight_update_keeps_stale_kv_cache():
+    eng = engine()
+    new = build_tiny(MICRO, 1).state_dict()  # every weight changes
+    polls = []
+
+    def source(current):  # new weights at the 2nd poll: after prefill and the first sampled token
+        polls.append(current)
+        return (7, new) if len(polls) == 2 else None
+
+    out = eng.generate(PROMPTS[:1], 1, Length(max_new_tokens=8), seed=2, weight_source=source)
+    s = out[0][0]
+    assert len(s.tokens) >= 3
+    assert s.versions == [0] + [7] * (len(s.tokens) - 1)
+    # reference: prefill under the old weights, then decode on that cache under the new weights
+    ref = build_tiny(MICRO, 0).eval()
+    prompt = torch.tensor(s.prompt_tokens)[None]
+    n = len(s.prompt_tokens)
+    cache = ref.new_cache(1, n + 8)
+    key_mask = torch.ones(1, n + 8, dtype=torch.bool)
+    with torch.no_grad():
+        ref.prefill(prompt, key_mask[:, :n], cache)
+        ref.load_state_dict(new)
+        want = []
+        for t in range(len(s.tokens) - 1):
+            logits = ref.decode_step(torch.tensor([s.tokens[t]]), torch.tensor([n + t]), cache, n + t,
+                                     key_mask[:, : n + t + 1])
+            want.append(logits.log_softmax(-1)[0, s.tokens[t + 1]])
+    assert torch.allclose(torch.tensor(s.logprobs[1:]), torch.stack(want), atol=1e-5)
+    # a recomputed cache would give the plain new-weights forward instead
+    fresh = build_tiny(MICRO, 1)
+    assert not torch.allclose(torch.tensor(s.logprobs[1:]), full_logprobs(fresh, s)[1:], atol=1e-4)
+
+
+def test_interruption_forces_the_phrase_at_the_budget():
+    phrase = " " + INTERRUPTION_PHRASE
+    ids = TOK.encode(phrase)
+    length = Length(max_new_tokens=60, lo=5, hi=12, phrase=phrase, answer_budget=3)
+    out = engine().generate(PROMPTS, 8, length, seed=4)
+    end = TOK.token_id("</think>")
+    n_interrupted = 0
+    for s in (s for g in out for s in g):
+        b = s.think_budget
+        assert 5 <= b <= 12
+        if s.interrupted:
+            n_interrupted += 1
+            assert end not in s.tokens[:b] and TOK.eos_id not in s.tokens[:b]
+            assert s.tokens[b : b + len(ids)] == ids
+            assert s.forced == [False] * b + [True] * len(ids) + [False] * (len(s.tokens) - b - len(ids))
+            assert all(lp == 0.0 for lp, f in zip(s.logprobs, s.forced) if f)
+            answer = len(s.tokens) - b - len(ids)
+            assert answer <= 3 and (s.finished or (s.truncated and answer == 3))
+            answer_text = TOK.decode([t for t in s.tokens[b + len(ids):] if t not in (TOK.eos_id, TOK.pad_id)])
+            assert s.text.endswith(INTERRUPTION_PHRASE + answer_text)
+        else:  # closed its thinking or ended before the budget
+            assert not any(s.forced) and (end in s.tokens[:b] or s.finished)
+    assert n_interrupted >= 8
+
+
+def test_truncation_at_max_new_tokens():
+    out = engine().generate(PROMPTS, 8, Length(max_new_tokens=6), seed=0)
+    for s in (s for g in out for s in g):
+        assert len(s.tokens) <= 6
+        if TOK.eos_id in s.tokens:
+            assert s.finished and not s.truncated and s.tokens.index(TOK.eos_id) == len(s.tokens) - 1
+        else:
+            assert s.truncated and not s.finished and len(s.tokens) == 6
+    assert sum(s.truncated for g in out for s in g) >= 8
+
+
+def test_stops_when_all_sequences_end():
+    eng = engine(fp32_head=False)
+    head = torch.nn.Linear(MICRO.d_model, TOK.vocab_size, bias=True)
+    with torch.no_grad():
+        head.weight.zero_()
+        head.bias.fill_(-50.0)
+        head.bias[TOK.eos_id] = 50.0  # always EOS
+    eng.model.set_output_embeddings(head)
+    out = eng.generate(PROMPTS, 2, Length(max_new_tokens=20), seed=0)
+    assert eng.last_stats["steps"] == 1
+    for s in (s for g in out for s in g):
+        assert s.tokens == [TOK.eos_id] and s.finished and not s.truncated and s.text == ""
+
+
+def test_load_weights_in_place():
+    eng = engine()
+    ptr = eng.model.embed.weight.data_ptr()
+    eng.load_weights(build_tiny(MICRO, 9).state_dict(), version=4)
+    assert eng.version == 4 and eng.model.embed.weight.data_ptr() == ptr
+    assert torch.equal(eng.model.embed.weight, build_tiny(MICRO, 9).embed.weight)
+
+
+def test_length_budget_beyond_context_is_a_user_error():
+    from scalerl.errors import UserError
+
+    with pytest.raises(UserError, match="max_seq_len"):
+        engine().generate(PROMPTS, 1, Length(max_new_tokens=200), seed=0)

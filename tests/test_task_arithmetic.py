@@ -1,0 +1,71 @@
+"""The built-in arithmetic task: deterministic disjoint splits, exact grading after the last </think>."""
+
+import pytest
+
+from scalerl.errors import UserError
+from scalerl.models.tokenizer import INTERRUPTION_PHRASE, CharTokenizer
+from scalerl.tasks.arithmetic import ArithmeticTask
+from scalerl.tasks.base import Problem, Task
+from scalerl.tasks.registry import TASKS
+
+
+@pytest.fixture(scope="module")
+def task() -> ArithmeticTask:
+    return TASKS.get("arithmetic")(seed=3, n_train=500, n_val=100)
+
+
+def test_split_is_deterministic_and_disjoint(task):
+    again = ArithmeticTask(seed=3, n_train=500, n_val=100)
+    other = ArithmeticTask(seed=4, n_train=500, n_val=100)
+    assert isinstance(task, Task) and task.name == "arithmetic"
+    train, val = task.train_problems(), task.val_problems()
+    assert len(train) == 500 and len(val) == 100
+    assert [p.id for p in train] == [p.id for p in again.train_problems()]
+    assert [p.id for p in val] == [p.id for p in again.val_problems()]
+    assert not {p.id for p in train} & {p.id for p in val}
+    assert {p.prompt for p in train}.isdisjoint(p.prompt for p in val)
+    assert [p.id for p in val] != [p.id for p in other.val_problems()]
+    # growing the training split keeps the validation split (and the training prefix) fixed
+    bigger = ArithmeticTask(seed=3, n_train=600, n_val=100)
+    assert [p.id for p in bigger.val_problems()] == [p.id for p in val]
+    assert [p.id for p in bigger.train_problems()[:500]] == [p.id for p in train]
+
+
+def test_answers_and_demonstrations_are_correct(task):
+    tok = CharTokenizer()
+    think_lengths = []
+    for p in task.train_problems() + task.val_problems():
+        assert p.prompt == p.id + "=" and int(p.answer) == eval(p.id)  # noqa: S307 (digits and +/- only)
+        demo = task.demonstration(p)
+        assert demo.startswith("<think>") and demo.endswith("</think>" + p.answer)
+        assert task.grade(p, demo)
+        think_lengths.append(len(tok.encode(demo.rpartition("</think>")[0] + "</think>")))
+    assert {p.meta["operands"] for p in task.train_problems()} == {2, 3, 4, 5}
+    assert min(think_lengths) >= 6 and max(think_lengths) <= 45
+
+
+def test_worked_example():
+    p = Problem(id="12+7-30", prompt="12+7-30=", answer="-11", meta={"steps": ["12+7=19", "19-30=-11"]})
+    t = ArithmeticTask(seed=0, n_train=5, n_val=5)
+    assert t.demonstration(p) == "<think>12+7=19 19-30=-11</think>-11"
+    assert t.grade(p, "<think>12+7=19 19-30=-11</think> -11 ")
+    assert not t.grade(p, "<think>12+7=19 19-30=-11</think>-12")
+    assert not t.grade(p, "<think>12+7=19 19-30=-11</think>-11.0")
+    assert not t.grade(p, "-11")  # no </think>
+    assert not t.grade(p, "<think>-11")
+    interrupted = "<think>12+7=19 19-3 " + INTERRUPTION_PHRASE + "-11"
+    assert t.grade(p, interrupted)  # the answer after the forced phrase counts
+    assert not t.grade(p, "<think></think>-11 </think>5")  # only the text after the last </think>
+
+
+def test_params_and_bad_params():
+    easy = ArithmeticTask(seed=0, n_train=50, n_val=10, min_operands=2, max_operands=2, max_digits=1,
+                          subtraction=False)
+    assert all(p.meta["operands"] == 2 and "-" not in p.id for p in easy.train_problems())
+    with pytest.raises(UserError, match="distinct problems"):
+        ArithmeticTask(seed=0, n_train=95, n_val=10, min_operands=2, max_operands=2, max_digits=1,
+                       subtraction=False)
+    with pytest.raises(UserError, match="operands"):
+        ArithmeticTask(min_operands=1)
+    with pytest.raises(UserError, match="max_digits"):
+        ArithmeticTask(max_digits=0)
