@@ -164,3 +164,14 @@ def test_nan_loss_skips_the_step(tmp_path):
     assert stats["train/nan_skipped"] == 1.0
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize("backend", ["inline", "local"])
+def test_first_batch_is_generated_with_the_warmed_up_weights(tmp_path, backend):
+    """At step 0 generator and trainer hold the same (warmed-up) weights, so with the FP32 head on both sides
+    every importance ratio π_train/π_gen is 1 up to float error (§3.3)."""
+    cfg = micro(f"backend={backend}", "steps=1", "warmup.steps=10", "algo.zero_variance_filter=false", "eval.every=100")
+    train(cfg, tmp_path, show_progress=False)
+    (first,) = train_lines(tmp_path)
+    assert abs(first["train/is_ratio_max"] - 1) < 1e-3
+    assert abs(first["train/is_ratio_min"] - 1) < 1e-3

@@ -44,13 +44,17 @@ class GeneratorWorker:
         self.encode = prompt_encoder(bundle)
         self.engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
         self.length = build_length_control(cfg)
+        self._synced = False
 
     @property
     def version(self) -> int:
-        return self.engine.version
+        """Policy version of the weights in use; -1 until the trainer's weights were first loaded (the model
+        is built from its config with random weights, not the trainer's warmed-up ones)."""
+        return self.engine.version if self._synced else -1
 
     def load(self, version: int, state_dict: Any) -> None:
         self.engine.load_weights(state_dict, version)
+        self._synced = True
 
     def generate(self, requests: list[Request], weight_source: WeightSource | None = None) -> list[RolloutBatch]:
         """One engine call for all ``requests`` (a PPO-off-policy group of k batches is generated as one big
