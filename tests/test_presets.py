@@ -78,7 +78,7 @@ def test_dapo_qwen_and_its_larger_batch():
 
 def test_magistral_is_dapo_on_pipeline_rl():
     assert preset_diff("magistral", base="dapo_qwen") == [("schedule.name", "ppo_off_policy", "pipeline_rl")]
-    assert resolve_preset("magistral").schedule.k == 8
+    assert resolve_preset("magistral").schedule.k == 2
 
 
 def test_minimax():
