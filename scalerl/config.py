@@ -87,7 +87,7 @@ class AlgoConfig(Strict):
 
 class ScheduleConfig(Strict):
     name: str = "pipeline_rl"  # pipeline_rl | ppo_off_policy  (§3.1)
-    k: int = Field(8, ge=1)
+    k: int = Field(2, ge=1)  # the paper: 8; 2 at CPU scale (configs/scalerl.yaml says why)
 
 
 class BatchConfig(Strict):

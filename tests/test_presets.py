@@ -41,7 +41,7 @@ def test_scalerl_preset_states_the_whole_recipe_and_matches_the_defaults():
     assert algo["zero_variance_filter"] is True and algo["fp32_head"] is True
     assert algo["curriculum"] == {"name": "npr", "params": {"threshold": 0.9}}
     assert algo["length"]["name"] == "interruption"
-    assert raw["schedule"] == {"name": "pipeline_rl", "k": 8}
+    assert raw["schedule"] == {"name": "pipeline_rl", "k": 2}
     # the typed defaults are the same recipe: the preset only spells out the implementations' defaults
     defaults, preset = build_config({}), resolve_preset("scalerl")
     rows = config_diff(defaults, preset)
@@ -56,7 +56,7 @@ def test_grpo_deepseek():
     cfg = resolve_preset("grpo_deepseek")
     assert (cfg.algo.loss.name, cfg.algo.loss.params) == ("grpo", {"eps_low": 0.2, "eps_high": 0.2})
     assert cfg.algo.aggregation == "sample" and cfg.algo.advantages.norm == "prompt"
-    assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 8)
+    assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 2)
     assert not cfg.algo.zero_variance_filter and not cfg.algo.fp32_head
     assert cfg.algo.curriculum.name == "uniform" and cfg.algo.length.name == "none"
 
@@ -66,7 +66,7 @@ def test_dapo_qwen_and_its_larger_batch():
     assert (cfg.algo.loss.name, cfg.algo.loss.params) == ("dapo", {"eps_low": 0.2, "eps_high": 0.26})
     assert cfg.algo.aggregation == "prompt" and cfg.algo.advantages.norm == "prompt"
     assert cfg.algo.zero_variance_filter
-    assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 8)
+    assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 2)
     assert cfg.batch.prompts == round(base.batch.prompts * 80 / 48)  # §3.11: 80 prompts instead of 48
     assert cfg.batch.generations == base.batch.generations
     length = cfg.algo.length

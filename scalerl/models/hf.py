@@ -202,7 +202,7 @@ def load_hf_bundle(path_or_name: str | os.PathLike[str], cfg: ModelConfig, seed:
         tokenizer=HFTokenizer(hf_tokenizer),
         make_engine=make_hf_engine,
         spec=model_spec(hf_model),
-        format_prompt=functools.partial(format_prompt, tokenizer, think=True),
+        format_prompt=functools.partial(format_prompt, hf_tokenizer, think=True),
     )
 
 
