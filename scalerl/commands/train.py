@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
         out: Path = typer.Option(Path(DEMO_OUT), "--out", help="Run directory."),
-        minutes: float = typer.Option(7.0, "--minutes", help="Wall-clock budget for the RL phase."),
+        minutes: float = typer.Option(6.5, "--minutes", help="Wall-clock budget for the RL phase."),
         set_: List[str] = typer.Option([], "--set", help="Override a field of the default config."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
