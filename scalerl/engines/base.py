@@ -53,3 +53,22 @@ class Engine(Protocol):
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         """Replace the weights now (between batches) and set the policy version."""
+
+
+class InFlightWeights:
+    """Weight handling shared by the engines: ``load_weights`` copies into the model's existing tensors (no
+    re-allocation, tied weights kept, KV cache untouched) and ``_poll`` takes newer weights from a
+    ``WeightSource`` between decode steps (§3.1). Subclasses set ``self.model`` and ``self.version``."""
+
+    model: torch.nn.Module
+    version: int
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        with torch.no_grad():
+            self.model.load_state_dict(state_dict, strict=True)
+        self.version = int(version)
+
+    def _poll(self, weight_source: WeightSource | None) -> None:
+        update = weight_source(self.version) if weight_source is not None else None
+        if update is not None:
+            self.load_weights(update[1], update[0])

@@ -16,12 +16,12 @@ the same number of completion tokens at any step; the per-sequence state machine
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
-from scalerl.engines.base import Sample, WeightSource
+from scalerl.engines.base import InFlightWeights, Sample, WeightSource
 from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 
@@ -103,7 +103,7 @@ class _Interruptions:
         return self._answer_left <= 0
 
 
-class BuiltinEngine:
+class BuiltinEngine(InFlightWeights):
     """``BuiltinEngine(model, tokenizer, fp32_head=True)``; see the module docstring."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, fp32_head: bool = True) -> None:
@@ -111,20 +111,6 @@ class BuiltinEngine:
         self.tokenizer = tokenizer
         self.version = 0
         self.last_stats: dict[str, float] = {}
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copy ``state_dict`` into the model's existing tensors (no re-allocation) and set the version."""
-        with torch.no_grad():
-            self.model.load_state_dict(state_dict, strict=True)
-        self.version = int(version)
-
-    def _poll(self, weight_source: WeightSource | None) -> None:
-        if weight_source is None:
-            return
-        update = weight_source(self.version)
-        if update is not None:
-            version, state_dict = update
-            self.load_weights(state_dict, version)
 
     @torch.no_grad()
     def generate(

@@ -19,13 +19,13 @@ so the per-step cost follows the live sequences only.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from torch import nn
 
-from scalerl.engines.base import Sample, WeightSource
+from scalerl.engines.base import InFlightWeights, Sample, WeightSource
 from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 from scalerl.models.hf import position_ids
@@ -99,7 +99,7 @@ def _hf_model(model: nn.Module) -> nn.Module:
     return getattr(model, "hf", model)
 
 
-class HFEngine:
+class HFEngine(InFlightWeights):
     """``HFEngine(model, tokenizer, fp32_head=True)``: ``model`` is a HF causal LM or the policy wrapping one;
     ``load_weights`` takes state dicts with ``model``'s own keys (what the trainer publishes). The engine
     owns ``model``: it puts it in eval mode and sets its FP32 head on or off."""
@@ -113,17 +113,6 @@ class HFEngine:
         eos = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)
         extra = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
         self.stop_ids = frozenset([tokenizer.eos_id, *extra])
-
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        """Copy ``state_dict`` into the model's existing tensors (no re-allocation, ties kept), set the version."""
-        with torch.no_grad():
-            self.model.load_state_dict(state_dict, strict=True)
-        self.version = int(version)
-
-    def _poll(self, weight_source: WeightSource | None) -> None:
-        update = weight_source(self.version) if weight_source is not None else None
-        if update is not None:
-            self.load_weights(update[1], update[0])
 
     def _max_new(self, length: Any, prompt_len: int) -> int:
         if length is not None:
