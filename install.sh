@@ -29,8 +29,13 @@ else
     || "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
     || "$PY" -m pip install -q "torch==$TORCH_VERSION"
 fi
-"$PY" -m pip install -q -e ".$EXTRAS" 2>&1 | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" >&2 || true
-"$PY" -c "import scalerl, torch" # fail loudly if the install did not work
+# pip's harmless notes about local mirror folders and root are filtered; its exit status is kept
+set +o pipefail
+"$PY" -m pip install -q -e ".$EXTRAS" 2>&1 | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" >&2
+status=${PIPESTATUS[0]}
+set -o pipefail
+if [ "$status" -ne 0 ]; then echo "install.sh: pip install failed (exit $status)" >&2; exit "$status"; fi
+"$PY" -c "import scalerl, torch"
 
 if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
