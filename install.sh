@@ -29,11 +29,12 @@ else
     || "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
     || "$PY" -m pip install -q "torch==$TORCH_VERSION"
 fi
-# pip's harmless notes about local mirror folders and root are filtered; its exit status is kept
-set +o pipefail
-"$PY" -m pip install -q -e ".$EXTRAS" 2>&1 | grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" >&2
-status=${PIPESTATUS[0]}
-set -o pipefail
+# pip's harmless notes about local mirror folders and running as root are filtered out; its exit status is kept
+log="$(mktemp)"
+status=0
+"$PY" -m pip install -q -e ".$EXTRAS" >"$log" 2>&1 || status=$?
+grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" "$log" >&2 || true
+rm -f "$log"
 if [ "$status" -ne 0 ]; then echo "install.sh: pip install failed (exit $status)" >&2; exit "$status"; fi
 "$PY" -c "import scalerl, torch"
 
