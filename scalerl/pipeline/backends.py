@@ -28,15 +28,35 @@ from scalerl.pipeline.schedules import Schedule
 from scalerl.pipeline.weights import WeightChannel
 
 
-class InlineBackend:
+class ReadyBatches:
+    """Batches generated but not yet trained on, by index: the bookkeeping every backend shares. A backend
+    whose generators run elsewhere overrides ``_collect`` to take what has finished (waiting up to
+    ``timeout`` seconds); checkpoints save ``ready_batches()``, a resumed run hands them back with
+    ``put_ready``."""
+
+    def __init__(self) -> None:
+        self.ready: dict[int, RolloutBatch] = {}
+
+    def put_ready(self, batch: RolloutBatch) -> None:
+        self.ready[batch.index] = batch
+
+    def _collect(self, timeout: float) -> None:
+        """Take finished batches into ``self.ready``; nothing to take for a generator in this process."""
+
+    def ready_batches(self) -> list[RolloutBatch]:
+        self._collect(timeout=0.0)
+        return [self.ready[i] for i in sorted(self.ready)]
+
+
+class InlineBackend(ReadyBatches):
     devices = 1
 
     def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, task: Any = None) -> None:
+        super().__init__()
         self.schedule = schedule
         self.channel = channel
         self.worker = GeneratorWorker(cfg, task=task)
         self.pending: "OrderedDict[int, Request]" = OrderedDict()
-        self.ready: dict[int, RolloutBatch] = {}
 
     def submit(self, requests: list[Request]) -> None:
         for request in requests:
@@ -44,12 +64,6 @@ class InlineBackend:
 
     def publish(self, state_dict: Any, version: int) -> None:
         self.channel.publish(state_dict, version)
-
-    def put_ready(self, batch: RolloutBatch) -> None:
-        self.ready[batch.index] = batch
-
-    def ready_batches(self) -> list[RolloutBatch]:
-        return [self.ready[i] for i in sorted(self.ready)]
 
     def next_batch(self, index: int) -> RolloutBatch:
         if index not in self.ready:
@@ -96,14 +110,14 @@ def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, 
         results.put({"error": traceback.format_exc()})
 
 
-class ProcessBackend:
+class ProcessBackend(ReadyBatches):
     devices = 2
 
     def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, ctx: Any, threads: int = 1) -> None:
+        super().__init__()
         self.channel = channel
         self.requests = ctx.Queue()
         self.results = ctx.Queue()
-        self.ready: dict[int, RolloutBatch] = {}
         self.proc = ctx.Process(
             target=_generator_main,
             args=(cfg.model_dump(mode="json"), channel, schedule, self.requests, self.results, threads),
@@ -119,31 +133,23 @@ class ProcessBackend:
     def publish(self, state_dict: Any, version: int) -> None:
         self.channel.publish(state_dict, version)
 
-    def put_ready(self, batch: RolloutBatch) -> None:
-        self.ready[batch.index] = batch
-
-    def _receive(self, timeout: float | None) -> bool:
-        try:
-            payload = self.results.get(timeout=timeout)
-        except queue.Empty:
-            if not self.proc.is_alive():
-                raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
-            return False
-        if "error" in payload:
-            raise RuntimeError("generator process failed:\n" + payload["error"])
-        batch = RolloutBatch.from_payload(payload)
-        self.ready[batch.index] = batch
-        return True
-
-    def ready_batches(self) -> list[RolloutBatch]:
-        """Everything generated but not yet trained on (drains what has arrived), for checkpoints."""
-        while self._receive(timeout=0.0):
-            pass
-        return [self.ready[i] for i in sorted(self.ready)]
+    def _collect(self, timeout: float) -> None:
+        """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
+        while True:
+            try:
+                payload = self.results.get(timeout=timeout)
+            except queue.Empty:
+                if not self.proc.is_alive():
+                    raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
+                return
+            if "error" in payload:
+                raise RuntimeError("generator process failed:\n" + payload["error"])
+            self.put_ready(RolloutBatch.from_payload(payload))
+            timeout = 0.0
 
     def next_batch(self, index: int) -> RolloutBatch:
         while index not in self.ready:
-            self._receive(timeout=1.0)
+            self._collect(timeout=1.0)
         return self.ready.pop(index)
 
     def close(self) -> None:

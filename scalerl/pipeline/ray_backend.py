@@ -29,7 +29,7 @@ import torch
 
 from scalerl.config import RayConfig, RunConfig
 from scalerl.errors import UserError
-from scalerl.pipeline.backends import generate_on_schedule
+from scalerl.pipeline.backends import ReadyBatches, generate_on_schedule
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule
@@ -104,13 +104,13 @@ def _cpu(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu") for k, v in state_dict.items()}
 
 
-class RayBackend:
+class RayBackend(ReadyBatches):
     """``ProcessBackend``'s interface over N Ray generator actors (module docstring)."""
 
     def __init__(self, cfg: RunConfig, schedule: Schedule, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        super().__init__()
         self.schedule = schedule
         self.devices = 1 + cfg.ray.generators  # the trainer plus one device per generator
-        self.ready: dict[int, RolloutBatch] = {}
         self.actor_of: dict[int, int] = {}  # batch index -> rank of the actor that generated it
         self._inflight: dict[Any, tuple[int, list[int]]] = {}  # result ref -> (actor rank, batch indices)
         self._tickets = [0] * cfg.ray.generators
@@ -173,9 +173,6 @@ class RayBackend:
         for actor in self.actors:
             actor.set_weights.remote(weights, version)
 
-    def put_ready(self, batch: RolloutBatch) -> None:
-        self.ready[batch.index] = batch
-
     def _collect(self, timeout: float) -> None:
         """Take every finished group; wait up to ``timeout`` seconds for the first one."""
         refs = list(self._inflight)
@@ -194,11 +191,6 @@ class RayBackend:
                 batch = RolloutBatch.from_payload(payload)
                 self.ready[batch.index] = batch
                 self.actor_of[batch.index] = rank
-
-    def ready_batches(self) -> list[RolloutBatch]:
-        """Everything generated but not yet trained on (takes what has finished), for checkpoints."""
-        self._collect(timeout=0.0)
-        return [self.ready[i] for i in sorted(self.ready)]
 
     def next_batch(self, index: int) -> RolloutBatch:
         while index not in self.ready:

@@ -126,8 +126,6 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
         step, next_request, wall_offset = ckpt["step"], ckpt["next_request"], ckpt["wall_s"]
         pending = {int(r["index"]): Request(**r) for r in ckpt["pending"]}
         saved_batches = [RolloutBatch.from_payload(p) for p in ckpt["ready"]]
-    elif resume:
-        step = 0  # a run killed before its first checkpoint starts over
     log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=step + 1 if resume else None)
     if resume:
         log.truncate(step if ckpt is not None else -1)
@@ -225,7 +223,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     finally:
         backend.close()
         log.close()
-    return finish_run(out, cfg, forecaster)
+    return forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
 
 
 def _update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
@@ -233,7 +231,3 @@ def _update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
         sel = batch.group == gi
         curriculum.update(pid, int(batch.correct[sel].sum()), int(sel.sum()))
 
-
-def finish_run(out: Path, cfg: RunConfig, forecaster: "Forecaster") -> dict[str, Any]:
-    """Fit the whole run's curve and write ``fit.json`` and ``curve.png``."""
-    return forecaster.write_final(out, title=cfg.name)
