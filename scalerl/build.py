@@ -64,6 +64,21 @@ def resolve_device(name: str):
     return device
 
 
+def build_engine(cfg: RunConfig, bundle: ModelBundle):
+    """The generators' engine around ``bundle``'s model: ``engine.name`` looked up in ``ENGINES``."""
+    from scalerl.engines.registry import ENGINES
+
+    return ENGINES.get(cfg.engine.name, "engine.name").build(bundle, cfg)
+
+
+def check_engine(cfg: RunConfig, bundle: ModelBundle) -> None:
+    """Raise a ``UserError`` now, before the run writes anything, if the configured engine cannot serve
+    ``bundle``'s model on this machine (the engine itself is built later, in the generator)."""
+    from scalerl.engines.registry import ENGINES
+
+    ENGINES.get(cfg.engine.name, "engine.name").check(bundle)
+
+
 def build_length_control(cfg: RunConfig):
     from scalerl import algo
 

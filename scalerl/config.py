@@ -129,6 +129,18 @@ class RayConfig(Strict):
     num_cpus_per_generator: float = Field(1.0, gt=0)  # Ray CPUs each actor reserves
 
 
+class EngineConfig(Strict):
+    """The generators' engine (design.md ``engines/``; docs/vllm.md). ``native``: the model's own (the built-in
+    KV-cache engine for ``tiny``, the transformers engine for Hugging Face models); ``vllm``: vLLM, an optional
+    extra. The evaluator always uses the native engine. The other fields are vLLM's."""
+
+    name: str = "native"  # native | vllm
+    gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # share of the GPU vLLM may take (weights + KV cache)
+    cpu_kv_cache_gib: float = Field(1.0, gt=0)  # vllm-cpu: KV cache size (VLLM_CPU_KVCACHE_SPACE)
+    enforce_eager: bool = False  # True: no CUDA graphs (faster start, slower decode)
+    max_num_seqs: int = Field(256, ge=1)  # sequences vLLM decodes at once
+
+
 class RunConfig(Strict):
     name: str = "scalerl"
     seed: int = 0
@@ -151,11 +163,12 @@ class RunConfig(Strict):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
 
-    @field_validator("model", mode="before")
+    @field_validator("model", "engine", mode="before")
     @classmethod
-    def _model_shorthand(cls, value: Any) -> Any:
-        """``--set model=smollm2-135m`` is short for ``--set model.name=smollm2-135m``."""
+    def _name_shorthand(cls, value: Any) -> Any:
+        """``--set model=smollm2-135m`` is short for ``--set model.name=smollm2-135m`` (``engine=vllm`` too)."""
         return {"name": value} if isinstance(value, str) else value
 
     @model_validator(mode="after")
@@ -172,6 +185,9 @@ def check_names(cfg: RunConfig) -> None:
     from scalerl.pipeline.schedules import SCHEDULES
 
     SCHEDULES.get(cfg.schedule.name, "schedule.name")
+    from scalerl.engines.registry import ENGINES
+
+    ENGINES.get(cfg.engine.name, "engine.name")
 
 
 # ---------------------------------------------------------------------------------------------- loading

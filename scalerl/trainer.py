@@ -10,13 +10,17 @@ One step on a ``RolloutBatch`` (§3.10):
   4. recompute log-probs of the taken tokens (FP32 LM head when on, §3.3), per-token loss from the
      registry, aggregation (§3.4), backward, gradient clipping, AdamW with linear warm-up.
 A non-finite loss or gradient skips the step: it is logged, never applied.
+
+Over several ranks (torchrun, ``scalerl/fsdp.py``) the model is sharded with FSDP2 and ``split`` (a
+``DataParallel``) says which prompts this rank trains on; steps 1-3 and every denominator of the aggregation
+are computed on the whole batch, which every rank holds, so the step is the single-process one.
 """
 
 from __future__ import annotations
 
 import math
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,16 +30,25 @@ from scalerl.models.fp32_head import enable_fp32_head, token_logprobs
 from scalerl.pipeline.batch import RolloutBatch
 from scalerl.pipeline.schedules import Schedule
 
+if TYPE_CHECKING:
+    from scalerl.algo.losses import LossOutput
+    from scalerl.fsdp import DataParallel
+
 
 class Trainer:
-    def __init__(self, model: torch.nn.Module, cfg: RunConfig, schedule: Schedule) -> None:
+    def __init__(
+        self, model: torch.nn.Module, cfg: RunConfig, schedule: Schedule, split: "DataParallel | None" = None
+    ) -> None:
         self.model = model
         self.cfg = cfg
         self.schedule = schedule
+        self.split = split  # None: this process trains on the whole batch alone
         if cfg.algo.fp32_head:
             enable_fp32_head(model)
         self.loss_fn = algo.build_loss(cfg.algo.loss)
         self.aggregate = algo.AGGREGATIONS.get(cfg.algo.aggregation, "algo.aggregation")
+        if split is not None:
+            split.check_linear(self.aggregate, cfg.algo.aggregation)
         o = cfg.optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
@@ -52,16 +65,27 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
+        """The trainer's state; over several ranks a collective whose result (unsharded, the same format as a
+        single process's) is on rank 0, the other ranks getting empty model and optimizer entries."""
+        if self.split is None:
+            model, optimizer = self.model.state_dict(), self.optimizer.state_dict()
+        else:
+            model, optimizer = self.split.state(self.model, self.optimizer)
         return {
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model,
+            "optimizer": optimizer,
             "lr_schedule": self.lr_schedule.state_dict(),
             "version": self.version,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        """Load ``state_dict()``'s result; over several ranks a collective where rank 0 passes the state and
+        the other ranks ``{}``."""
+        if self.split is None:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        else:
+            state = self.split.load(self.model, self.optimizer, state)
         self.lr_schedule.load_state_dict(state["lr_schedule"])
         self.version = int(state["version"])
 
@@ -107,37 +131,72 @@ class Trainer:
         cfg = self.cfg
         adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
         self.model.train()
+        mask = b.loss_mask[:, 1:]
+        if self.split is None:
+            logits, _, out = self._terms(b, adv)
+            loss = objective = self.aggregate(out.per_token, mask, b.group)
+            loss_stats, entropy = out.stats, _masked_mean(_token_entropy(logits.detach()), mask)
+        else:
+            objective, loss, loss_stats, entropy = self._split_terms(b, adv)
+        stats = {f"train/{k}": float(v) for k, v in loss_stats.items()}
+        stats["train/entropy"] = entropy
+        stats["train/adv_abs_mean"] = adv.abs().mean().item()
+        return {**stats, **self._apply(objective, loss)}
+
+    def _terms(self, b: RolloutBatch, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, "LossOutput"]:
+        """Logits, log-probs of the taken tokens (FP32 head, §3.3) and the registry's per-token loss (§3.2)
+        for the sequences of ``b`` with advantages ``adv``."""
         autocast = (
             torch.autocast(device_type=b.input_ids.device.type, dtype=torch.bfloat16)
-            if cfg.optim.bf16_autocast
+            if self.cfg.optim.bf16_autocast
             else nullcontext()
         )
         with autocast:
             logits = self.model(b.input_ids[:, :-1], b.attention_mask[:, :-1])
-        targets = b.input_ids[:, 1:]
         mask = b.loss_mask[:, 1:]
-        logp = token_logprobs(logits, targets).float()
-        out = self.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
-        loss = self.aggregate(out.per_token, mask, b.group)
-        stats = {f"train/{k}": float(v) for k, v in out.stats.items()}
-        stats["train/entropy"] = _masked_entropy(logits.detach(), mask)
-        stats["train/adv_abs_mean"] = adv.abs().mean().item()
+        logp = token_logprobs(logits, b.input_ids[:, 1:]).float()
+        return logits, logp, self.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
+
+    def _split_terms(self, b: RolloutBatch, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict, float]:
+        """This rank's share of the step (``DataParallel``): ``(objective to backpropagate, whole-batch loss,
+        whole-batch loss stats, whole-batch entropy)``. The aggregation (§3.4) sees the whole batch's mask and
+        groups, so its denominators are the whole batch's; the stats come from the loss recomputed (without
+        gradient) on the log-probs of every rank."""
+        split, mask = self.split, b.loss_mask[:, 1:]
+        rows = split.rows(b.group)
+        logits, logp, out = self._terms(b.select(rows.mask), adv[rows.mask])
+        share = self.aggregate(split.scatter(out.per_token, rows), mask, b.group)
+        local = torch.stack((logp.detach(), _token_entropy(logits.detach())), dim=1)
+        logp_all, entropy_all = split.gather(local, rows).unbind(dim=1)
+        with torch.no_grad():
+            whole = self.loss_fn(logp_all, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
+            loss = self.aggregate(whole.per_token, mask, b.group)
+        # FSDP averages the ranks' gradients; the shares sum to the loss, so scale each by the world size
+        return share * split.world, loss, whole.stats, _masked_mean(entropy_all, mask)
+
+    def _apply(self, objective: torch.Tensor, loss: torch.Tensor) -> dict[str, float]:
+        """Backward, clipping at the global gradient norm, AdamW and the LR schedule; skipped when the loss or
+        the gradient norm is not finite (the same decision on every rank: both are whole-batch values)."""
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
-            return {**stats, "loss": float("nan"), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
-        loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+            return {"loss": float("nan"), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
+        objective.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
-            return {**stats, "loss": loss.item(), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
+            return {"loss": loss.item(), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
         self.optimizer.step()
         self.lr_schedule.step()
-        return {**stats, "loss": loss.item(), "grad_norm": float(grad_norm), "train/nan_skipped": 0.0}
+        return {"loss": loss.item(), "grad_norm": float(grad_norm), "train/nan_skipped": 0.0}
 
 
-def _masked_entropy(logits: torch.Tensor, mask: torch.Tensor) -> float:
-    """Mean policy entropy over the trained token positions (paper A.12 tracks it; not a predictor)."""
+def _token_entropy(logits: torch.Tensor) -> torch.Tensor:
+    """Policy entropy [N, T] at every position (paper A.12 tracks it; not a predictor)."""
     logp = torch.log_softmax(logits.float(), dim=-1)
-    ent = -(logp.exp() * logp).sum(dim=-1)
+    return -(logp.exp() * logp).sum(dim=-1)
+
+
+def _masked_mean(values: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of ``values`` [N, T] weighted by ``mask`` over the trained token positions."""
     denom = mask.sum().clamp_min(1.0)
-    return float((ent * mask).sum() / denom)
+    return float((values * mask).sum() / denom)

@@ -13,7 +13,8 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 
 from scalerl.algo.length_control import Interruption, LengthControl  # noqa: E402
 from scalerl.engines.base import Engine, Sample  # noqa: E402
-from scalerl.engines.hf import HFEngine, SequenceState, ThinkEndDetector  # noqa: E402
+from scalerl.engines.hf import HFEngine  # noqa: E402
+from scalerl.engines.sequence import SequenceState, ThinkEndDetector  # noqa: E402
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs  # noqa: E402
 from scalerl.models.hf import HFPolicy  # noqa: E402
 

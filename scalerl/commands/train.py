@@ -66,6 +66,17 @@ def print_summary(out: Path, summary: dict) -> None:
     console.print(f"wrote {out / 'fit.json'} and {out / 'curve.png'}")
 
 
+def followed() -> bool:
+    """On a torchrun rank other than 0, take part in rank 0's run and return True: rank 0 alone reads the
+    options, owns the run directory and reports (docs/scale-out.md)."""
+    from scalerl.pipeline.ranks import follow, is_follower
+
+    if not is_follower():
+        return False
+    follow()
+    return True
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def train(
@@ -81,6 +92,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
         """Train with the ScaleRL recipe (or any preset / ablation) and forecast where the run will end."""
+        if followed():
+            return
         sets = [*set_, *backend_overrides(backend, address)]
         cfg = resumed_config(out, sets) if resume else config_from_cli(preset, config, sets)
         if address and cfg.backend != "ray":
@@ -100,6 +113,8 @@ def register(app: typer.Typer) -> None:
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
         """The default ScaleRL run on the built-in task: warm-up, RL with live forecast, then fit.json + curve.png."""
+        if followed():
+            return
         import shutil
 
         from scalerl.config import load_config

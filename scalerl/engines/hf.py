@@ -18,80 +18,16 @@ so the per-step cost follows the live sequences only.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from scalerl.engines.base import InFlightWeights, Sample, WeightSource
+from scalerl.engines.sequence import finish, sequence_states, stop_token_ids, think_end_detector
 from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 from scalerl.models.hf import position_ids
-
-
-@dataclass
-class SequenceState:
-    """One sequence's length-control state machine (§3.8): thinking → [forced phrase → answer] → done.
-
-    ``step`` takes the token the sampler drew and returns what actually goes into the sequence. The phrase
-    starts at completion index ``budget`` (so exactly ``budget`` thinking tokens precede it); thinking also
-    ends when the completion's text contains ``think_end``, after which no interruption happens."""
-
-    sample: Sample
-    phrase: list[int]
-    answer_budget: int | None
-    max_new: int
-    stop_ids: frozenset[int]
-    thinking: bool = True
-    pending: list[int] = field(default_factory=list)  # phrase tokens still to force
-    answer_left: int | None = None  # tokens allowed after the phrase
-    done: bool = False
-
-    def step(self, sampled: int, logprob: float, version: int, closes_thinking: Callable[[list[int]], bool]) -> int:
-        s = self.sample
-        if self.thinking and s.think_budget is not None and len(s.tokens) >= s.think_budget:
-            self.thinking = False
-            s.interrupted = True
-            self.pending = list(self.phrase)
-        forced = bool(self.pending)
-        token = self.pending.pop(0) if forced else sampled
-        s.tokens.append(token)
-        s.logprobs.append(0.0 if forced else logprob)
-        s.versions.append(version)
-        s.forced.append(forced)
-        if forced:
-            if not self.pending:
-                self.answer_left = self.answer_budget
-        else:
-            if self.answer_left is not None:
-                self.answer_left -= 1
-            if self.thinking and s.think_budget is not None and closes_thinking(s.tokens):
-                self.thinking = False
-            if token in self.stop_ids:
-                s.finished = self.done = True
-                return token
-        if len(s.tokens) >= self.max_new or (self.answer_left is not None and self.answer_left <= 0):
-            s.truncated = self.done = True
-        return token
-
-
-class ThinkEndDetector:
-    """Does a completion contain ``think_end`` as text? Only checked when the newest token's own text holds
-    the marker's last character (the token that completes the marker must), so the full decode is rare."""
-
-    def __init__(self, tokenizer: Tokenizer, think_end: str) -> None:
-        self.tokenizer, self.think_end = tokenizer, think_end
-        self._last_char: dict[int, bool] = {}
-
-    def __call__(self, tokens: list[int]) -> bool:
-        if not self.think_end:
-            return False
-        last = tokens[-1]
-        if last not in self._last_char:
-            self._last_char[last] = self.think_end[-1] in self.tokenizer.decode([last])
-        return self._last_char[last] and self.think_end in self.tokenizer.decode(tokens)
 
 
 def _hf_model(model: nn.Module) -> nn.Module:
@@ -110,33 +46,13 @@ class HFEngine(InFlightWeights):
         self.tokenizer = tokenizer
         self.version = 0
         self.last_stats: dict[str, float] = {}
-        eos = getattr(getattr(self.lm, "generation_config", None), "eos_token_id", None)
-        extra = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
-        self.stop_ids = frozenset([tokenizer.eos_id, *extra])
+        self.stop_ids = stop_token_ids(model, tokenizer)
 
     def _max_new(self, length: Any, prompt_len: int) -> int:
         if length is not None:
             return int(length.max_new_tokens)
         context = getattr(self.lm.config, "max_position_embeddings", None) or 2048
         return max(1, int(context) - prompt_len)
-
-    def _states(self, prompts: list[list[int]], n: int, length: Any, seed: int, max_new: int) -> list[SequenceState]:
-        phrase_text = getattr(length, "phrase", "") if length is not None else ""
-        phrase = list(self.tokenizer.encode(phrase_text)) if phrase_text else []
-        n_seq = len(prompts) * n
-        rng = np.random.default_rng(seed)
-        budgets = length.think_budgets(n_seq, rng) if phrase else [None] * n_seq
-        answer_budget = getattr(length, "answer_budget", None) if phrase else None
-        return [
-            SequenceState(
-                sample=Sample(prompt_tokens=list(prompts[row // n]), think_budget=budgets[row]),
-                phrase=phrase,
-                answer_budget=answer_budget,
-                max_new=max_new,
-                stop_ids=self.stop_ids,
-            )
-            for row in range(n_seq)
-        ]
 
     def _forward(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
@@ -168,11 +84,11 @@ class HFEngine(InFlightWeights):
         device = next(self.lm.parameters()).device
         p_max = max(len(p) for p in prompts)
         max_new = self._max_new(length, p_max)
-        states = self._states(prompts, n, length, seed, max_new)
+        states = sequence_states(self.tokenizer, prompts, n, length, seed, max_new, self.stop_ids)
         if ignore_eos:
             for st in states:
                 st.stop_ids = frozenset()
-        detect = ThinkEndDetector(self.tokenizer, getattr(length, "think_end", "") if length is not None else "")
+        detect = think_end_detector(self.tokenizer, length)
 
         ids = torch.full((len(prompts), p_max), self.tokenizer.pad_id, dtype=torch.long)
         mask = torch.zeros(len(prompts), p_max, dtype=torch.bool)
@@ -215,7 +131,4 @@ class HFEngine(InFlightWeights):
             next_pos = next_pos + 1
 
         self.last_stats = {"steps": float(steps), "tokens": float(sum(len(st.sample.tokens) for st in states))}
-        hidden = self.stop_ids | {self.tokenizer.pad_id}
-        for st in states:
-            st.sample.text = self.tokenizer.decode([t for t in st.sample.tokens if t not in hidden])
-        return [[states[i * n + j].sample for j in range(n)] for i in range(len(prompts))]
+        return finish(states, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id}, n)

