@@ -76,6 +76,9 @@ def main() -> None:
 
     vllm_engine = VLLMEngine(bundle, EngineConfig(name="vllm"), dtype=args.dtype, fp32_head=args.fp32_head)
     vllm_engine.load_weights(policy.state_dict(), version=0)
+    t0 = time.perf_counter()
+    vllm_engine.load_weights(policy.state_dict(), version=1)  # what each in-flight update costs (§3.1)
+    update_s = time.perf_counter() - t0
     native = bundle.make_engine(build_model(cfg, seed=0).model.to(device), bundle.tokenizer, fp32_head=args.fp32_head)
     native.load_weights(policy.state_dict(), version=0)
 
@@ -96,6 +99,7 @@ def main() -> None:
     console = Console()
     console.print(table)
     console.print(f"ratio vLLM / native tokens/s: {rows[0][2] / rows[1][2]:.2f}x")
+    console.print(f"vLLM weight update (write to shared memory, pause, reload in place, resume): {update_s:.2f} s")
 
 
 if __name__ == "__main__":

@@ -288,14 +288,42 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         node, have = layer, data
         for depth, part in enumerate(path[:-1]):
             have = have.get(part) if isinstance(have, dict) else None
-            if have is not None and not isinstance(have, dict):
+            if have is not None and not isinstance(have, dict) and part not in SHORTHAND_SECTIONS:
                 where = ".".join(path[: depth + 1])
                 raise UserError(f"--set {item!r}: {where} is a value ({have!r}), not a section with fields")
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
+            node[part] = _as_section(node.get(part), part)
             node = node[part]
-        node[path[-1]] = value
-    return _deep_merge(data, layer)
+        leaf = path[-1]
+        if len(path) == 1 and leaf in SHORTHAND_SECTIONS and isinstance(value, str):
+            # ``model=X`` is ``model.name=X``: kept as a section so that ``model.dtype=...`` given too, in
+            # either order, lands in the same section instead of replacing it
+            node[leaf] = {**_as_section(node.get(leaf), leaf), "name": value}
+        else:
+            node[leaf] = value
+    return _deep_merge(data, _names_kept(layer, data))
+
+
+# top-level sections a bare string may stand for: ``--set model=smollm2-135m`` is ``--set model.name=...``
+SHORTHAND_SECTIONS = ("model", "engine")
+
+
+def _as_section(value: Any, part: str) -> dict[str, Any]:
+    """A layer node to descend into: a dict as it is, a shorthand string as ``{"name": ...}``, else empty."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str) and part in SHORTHAND_SECTIONS:
+        return {"name": value}
+    return {}
+
+
+def _names_kept(layer: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """A shorthand section in the base ``data`` (``model: smollm2-135m`` in a config file) keeps its name when
+    the layer sets only other fields of it."""
+    out = dict(layer)
+    for part in SHORTHAND_SECTIONS:
+        if isinstance(out.get(part), dict) and isinstance(data.get(part), str) and "name" not in out[part]:
+            out[part] = {"name": data[part], **out[part]}
+    return out
 
 
 def build_config(data: dict[str, Any], source: str = "config") -> RunConfig:

@@ -89,6 +89,26 @@ def test_apply_overrides_leaves_input_alone_and_last_wins():
     assert out == {"batch": {"prompts": 6}, "schedule": {"k": 2}}
 
 
+@pytest.mark.parametrize("order", [0, 1])
+@pytest.mark.parametrize("section, name, field, value", [
+    ("engine", "vllm", "enforce_eager", True),
+    ("model", "smollm2-135m", "dtype", "bfloat16"),
+])
+def test_shorthand_and_its_fields_combine_in_any_order(order, section, name, field, value):
+    """``--set engine=vllm --set engine.enforce_eager=true`` must keep the name (it once silently fell back to
+    the default engine when the shorthand came first)."""
+    items = [f"{section}={name}", f"{section}.{field}={str(value).lower()}"]
+    cfg = load_config(overrides=items if order == 0 else items[::-1])
+    assert getattr(cfg, section).name == name and getattr(getattr(cfg, section), field) == value
+
+
+def test_shorthand_in_a_config_file_keeps_its_name_under_set(tmp_path):
+    path = tmp_path / "mine.yaml"
+    path.write_text("engine: vllm\n")
+    cfg = load_config(config_file=path, overrides=["engine.max_num_seqs=8"])
+    assert cfg.engine.name == "vllm" and cfg.engine.max_num_seqs == 8
+
+
 def test_set_below_a_value_is_a_user_error():
     message = user_error(load_config, overrides=["algo.aggregation.kind=x"])
     assert "algo.aggregation is a value" in message

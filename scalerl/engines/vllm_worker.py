@@ -22,9 +22,28 @@ class ScaleRLWorkerExtension:
 
         state = load_file(path)
         self.reload_weights(weights_iterator=iter(state.items()), is_checkpoint_format=True)  # type: ignore[attr-defined]
+        _retie_head(self.model_runner.model)  # type: ignore[attr-defined]
         return len(state)
 
     def scalerl_head_dtype(self) -> str:
         """The dtype the LM head computes in (``float32`` with the FP32 head, §3.3)."""
         model = self.model_runner.model  # type: ignore[attr-defined]
         return str(model.logits_processor.head_dtype).removeprefix("torch.")
+
+
+def _retie_head(model) -> None:  # noqa: ANN001
+    """A tied LM head shares the input embedding's weight. The checkpoint has no ``lm_head.weight`` then, so the
+    in-place reload finds nothing to load into the head and puts its *old* tensors back. That would leave the
+    output layer one update behind the embedding, and the generator's log-probs would differ from the trainer's.
+    So tie it to the freshly loaded embedding again and redo the head's kernel preparation (a repack on CPU)."""
+    config = getattr(model, "config", None)
+    head = getattr(model, "lm_head", None)
+    if head is None or not getattr(config, "tie_word_embeddings", False):
+        return
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if embed is None:  # not vLLM's decoder layout: fail loudly rather than sample from a stale head
+        raise RuntimeError(f"scalerl: cannot find the input embedding to re-tie {type(model).__name__}'s LM head")
+    head.weight = embed.weight
+    method = getattr(head, "quant_method", None)
+    if method is not None:
+        method.process_weights_after_loading(head)
