@@ -70,6 +70,8 @@ class VLLMEngine(InFlightWeights):
 
     def __init__(self, bundle: Any, options: Any, dtype: str, fp32_head: bool = True, seed: int = 0) -> None:
         check_vllm(bundle)
+        # vLLM logs every weight reload and scheduler pause at INFO; a run's own progress display is enough
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         import vllm
         self.tokenizer = bundle.tokenizer
         self.stop_ids = stop_token_ids(bundle.model, bundle.tokenizer)

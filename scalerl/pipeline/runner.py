@@ -60,7 +60,7 @@ def _set_rng_state(state: dict[str, Any]) -> None:
 
 
 # what a resumed run may change: its budget and where/how it runs, never what it computes
-RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "threads", "tensorboard", "devices")
+RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "engine", "threads", "tensorboard", "devices")
 
 
 def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
