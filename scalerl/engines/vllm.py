@@ -73,6 +73,7 @@ class VLLMEngine(InFlightWeights):
         # vLLM logs every weight reload and scheduler pause at INFO; a run's own progress display is enough
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
         import vllm
+
         self.tokenizer = bundle.tokenizer
         self.stop_ids = stop_token_ids(bundle.model, bundle.tokenizer)
         self._weights = bundle.hf_export.weights
@@ -95,6 +96,8 @@ class VLLMEngine(InFlightWeights):
             max_num_seqs=options.max_num_seqs,
             max_model_len=self.max_model_len,
         )
+        for weights in folder.glob("*.safetensors"):  # loaded now; in /dev/shm they would hold RAM all run
+            weights.unlink()
         self._sampling = vllm.SamplingParams
         self._final_only = vllm.sampling_params.RequestOutputKind.FINAL_ONLY
         self._ids = itertools.count()
