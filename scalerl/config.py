@@ -141,6 +141,10 @@ class EngineConfig(Strict):
     max_num_seqs: int = Field(256, ge=1)  # sequences vLLM decodes at once
 
 
+# top-level sections a bare string may stand for: ``model: smollm2-135m`` is ``model: {name: smollm2-135m}``
+SHORTHAND_SECTIONS = ("model", "engine")
+
+
 class RunConfig(Strict):
     name: str = "scalerl"
     seed: int = 0
@@ -165,7 +169,7 @@ class RunConfig(Strict):
     ray: RayConfig = Field(default_factory=RayConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
 
-    @field_validator("model", "engine", mode="before")
+    @field_validator(*SHORTHAND_SECTIONS, mode="before")
     @classmethod
     def _name_shorthand(cls, value: Any) -> Any:
         """``--set model=smollm2-135m`` is short for ``--set model.name=smollm2-135m`` (``engine=vllm`` too)."""
@@ -281,49 +285,27 @@ def parse_override(item: str) -> tuple[list[str], Any]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``--set key=value`` items on top of ``data`` (not modified). All items are gathered first and merged
-    as one layer, so their order does not matter except when two set the same key (the last wins)."""
+    as one layer, so their order does not matter except when two set the same key (the last wins).
+
+    A shorthand (``model=smollm2-135m``) is ``model.name=smollm2-135m``, in ``data`` as in the items, so that
+    ``model.dtype=...`` given as well lands in the same section in either order."""
+    data = {k: ({"name": v} if k in SHORTHAND_SECTIONS and isinstance(v, str) else v) for k, v in data.items()}
     layer: dict[str, Any] = {}
     for item in overrides:
         path, value = parse_override(item)
+        if len(path) == 1 and path[0] in SHORTHAND_SECTIONS and isinstance(value, str):
+            path = [path[0], "name"]
         node, have = layer, data
         for depth, part in enumerate(path[:-1]):
             have = have.get(part) if isinstance(have, dict) else None
-            if have is not None and not isinstance(have, dict) and part not in SHORTHAND_SECTIONS:
+            if have is not None and not isinstance(have, dict):
                 where = ".".join(path[: depth + 1])
                 raise UserError(f"--set {item!r}: {where} is a value ({have!r}), not a section with fields")
-            node[part] = _as_section(node.get(part), part)
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
             node = node[part]
-        leaf = path[-1]
-        if len(path) == 1 and leaf in SHORTHAND_SECTIONS and isinstance(value, str):
-            # ``model=X`` is ``model.name=X``: kept as a section so that ``model.dtype=...`` given too, in
-            # either order, lands in the same section instead of replacing it
-            node[leaf] = {**_as_section(node.get(leaf), leaf), "name": value}
-        else:
-            node[leaf] = value
-    return _deep_merge(data, _names_kept(layer, data))
-
-
-# top-level sections a bare string may stand for: ``--set model=smollm2-135m`` is ``--set model.name=...``
-SHORTHAND_SECTIONS = ("model", "engine")
-
-
-def _as_section(value: Any, part: str) -> dict[str, Any]:
-    """A layer node to descend into: a dict as it is, a shorthand string as ``{"name": ...}``, else empty."""
-    if isinstance(value, dict):
-        return value
-    if isinstance(value, str) and part in SHORTHAND_SECTIONS:
-        return {"name": value}
-    return {}
-
-
-def _names_kept(layer: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
-    """A shorthand section in the base ``data`` (``model: smollm2-135m`` in a config file) keeps its name when
-    the layer sets only other fields of it."""
-    out = dict(layer)
-    for part in SHORTHAND_SECTIONS:
-        if isinstance(out.get(part), dict) and isinstance(data.get(part), str) and "name" not in out[part]:
-            out[part] = {"name": data[part], **out[part]}
-    return out
+        node[path[-1]] = value
+    return _deep_merge(data, layer)
 
 
 def build_config(data: dict[str, Any], source: str = "config") -> RunConfig:

@@ -27,12 +27,7 @@ from scalerl.engines.base import InFlightWeights, Sample, WeightSource
 from scalerl.engines.sequence import finish, sequence_states, stop_token_ids, think_end_detector
 from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
-from scalerl.models.hf import position_ids
-
-
-def _hf_model(model: nn.Module) -> nn.Module:
-    """The HF causal LM inside a policy wrapper (``scalerl.models.hf.HFPolicy.hf``), or the model itself."""
-    return getattr(model, "hf", model)
+from scalerl.models.hf import inner_hf_model, position_ids
 
 
 class HFEngine(InFlightWeights):
@@ -42,7 +37,7 @@ class HFEngine(InFlightWeights):
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, fp32_head: bool = True) -> None:
         self.model = set_fp32_head(model.eval(), fp32_head)
-        self.lm = _hf_model(model)
+        self.lm = inner_hf_model(model)
         self.tokenizer = tokenizer
         self.version = 0
         self.last_stats: dict[str, float] = {}

@@ -16,6 +16,7 @@ import numpy as np
 
 from scalerl.engines.base import Sample
 from scalerl.models.base import Tokenizer
+from scalerl.models.hf import inner_hf_model
 
 # what ``step`` is given for a token the state machine forces (the sampled value is ignored then)
 NOT_SAMPLED = -1
@@ -119,8 +120,7 @@ def think_end_detector(tokenizer: Tokenizer, length: Any) -> ThinkEndDetector:
 def stop_token_ids(model: Any, tokenizer: Tokenizer) -> frozenset[int]:
     """The tokens that end a completion: the tokenizer's EOS and the model's ``generation_config`` EOS ids
     (a chat model often ends its turn with a token other than the tokenizer's EOS)."""
-    lm = getattr(model, "hf", model)
-    eos = getattr(getattr(lm, "generation_config", None), "eos_token_id", None)
+    eos = getattr(getattr(inner_hf_model(model), "generation_config", None), "eos_token_id", None)
     extra = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
     return frozenset([tokenizer.eos_id, *extra])
 

@@ -145,6 +145,11 @@ class HFPolicy(nn.Module):
         self.hf.set_output_embeddings(module)
 
 
+def inner_hf_model(model: nn.Module) -> nn.Module:
+    """The HF causal LM inside a policy wrapper (``HFPolicy.hf``), or the model itself."""
+    return getattr(model, "hf", model)
+
+
 def model_spec(hf_model: nn.Module) -> dict[str, int]:
     """Shape facts for compute accounting; a tied head's weight is counted once."""
     config = hf_model.config
