@@ -71,14 +71,15 @@ CPU_EXIT = 128 + signal.SIGXCPU  # the worker's exit status when its CPU time ra
 # and CPU time on STATUS_FD. The worker drops privileges, applies the limits, installs the audit hook and runs
 # main.py.
 
-CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
-PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_SET_NO_NEW_PRIVS = 1, 8, 38
-CAP_DAC_READ_SEARCH = 2
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 8, 24, 38
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable places, replaced by empty private ones
 
 
 def _libc() -> Any:
-    """The C library, for the Linux calls the os module lacks (unshare, prctl, capset); None elsewhere."""
+    """The C library, for the Linux calls the os module lacks (unshare, mount, prctl, capset); None elsewhere."""
     if not sys.platform.startswith("linux"):
         return None
     import ctypes  # the worker drops it from sys.modules; the audit hook refuses importing it again
@@ -94,28 +95,88 @@ def _check(result: int, what: str) -> None:
         raise OSError(errno, f"{what}: {os.strerror(errno)}")
 
 
-def _enter_namespaces(libc: Any, layers: list[str]) -> bool:
-    """New network + PID namespaces: directly as root, else inside a new user namespace. Returns whether the
-    process is (real) root and may switch to the sandbox uid. Best effort: without namespaces, no layer."""
-    root = os.geteuid() == 0
-    if root and libc.unshare(CLONE_NEWNET | CLONE_NEWPID) == 0:
-        layers += ["netns", "pidns"]
-        return True
+def _enter_namespaces(libc: Any, layers: list[str], cfg: dict[str, Any]) -> None:
+    """The fallback when bubblewrap is absent: new mount, network and PID namespaces, directly as root, else
+    inside a new user namespace; then the private mounts. Best effort: without namespaces, no layer."""
     uid, gid = os.geteuid(), os.getegid()
-    if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWPID) == 0:
+    if uid == 0 and libc.unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) == 0:
+        layers += ["mountns", "netns", "pidns"]
+    elif libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID) == 0:
         try:
             for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
                 with open(f"/proc/self/{name}", "w") as fh:
                     fh.write(text)
         except OSError:
             pass
-        layers += ["userns", "netns", "pidns"]
-    return False
+        layers += ["userns", "mountns", "netns", "pidns"]
+    else:
+        return
+    try:
+        _private_mounts(libc, cfg)
+        layers.append("private_tmp")
+    except OSError as exc:
+        os.write(2, f"sandbox: private mounts not available ({exc}); /tmp stays shared\n".encode())
 
 
-def _set_capabilities(libc: Any, mask: int) -> None:
-    """Keep only the capabilities in ``mask`` (effective and permitted; none inheritable)."""
+def _private_mounts(libc: Any, cfg: dict[str, Any]) -> None:
+    """In the launcher's new mount namespace: an empty private tmpfs over /tmp, /var/tmp and /dev/shm, and over
+    every directory that other users may not enter on the way to the interpreter's files (such as /root for a
+    Python under /root), with the working directory and those files bound back, read-only. So the code needs
+    no capability to import the standard library, and sees neither the host's /tmp nor /root."""
+
+    def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+        enc = (lambda v: None if v is None else v.encode())
+        _check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+    work, roots = cfg["work"], cfg["read_roots"]
+    hidden = sorted({_closed_ancestor(root) for root in roots} - {None})
+    back = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in [work, *roots]}
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    for target in [*[d for d in PRIVATE_DIRS if os.path.isdir(d)], *hidden]:
+        mode = "1777" if target in PRIVATE_DIRS else "0755"
+        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size=1m")
+    for path, fd in back.items():
+        try:
+            if os.path.samestat(os.stat(path), os.fstat(fd)):
+                os.close(fd)
+                continue  # not under a new tmpfs: still in place
+        except OSError:
+            pass
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        if path != work:
+            mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+
+
+def _closed_ancestor(path: str) -> str | None:
+    """The topmost directory on the way to ``path`` that other users may not enter (None if there is none)."""
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        ancestor = "/" + "/".join(parts[:i])
+        if not os.stat(ancestor).st_mode & 0o001:
+            return ancestor
+    return None
+
+
+def _drop_privileges(libc: Any, uid: int | None) -> None:
+    """Empty the capability bounding set (no program run later can gain a capability back), switch to ``uid``
+    (and its gid, no supplementary groups) when given, then empty the effective, permitted and inheritable
+    sets: the code runs without any capability."""
     import ctypes
+
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as fh:
+            last = int(fh.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)  # fails (EPERM) only without CAP_SETPCAP: nothing to drop
+    if uid is not None:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        _check(libc.prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0), "prctl(KEEPCAPS)")
+        os.setresuid(uid, uid, uid)
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -123,9 +184,7 @@ def _set_capabilities(libc: Any, mask: int) -> None:
     class Data(ctypes.Structure):
         _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
-    data = (Data * 2)()
-    data[0].effective = data[0].permitted = mask
-    _check(libc.capset(ctypes.byref(Header(_LINUX_CAPABILITY_VERSION_3, 0)), data), "capset")
+    _check(libc.capset(ctypes.byref(Header(_LINUX_CAPABILITY_VERSION_3, 0)), (Data * 2)()), "capset")
 
 
 def _tasks_of_uid(uid: int) -> int:
@@ -210,6 +269,10 @@ def _make_audit_hook(work: str, read_roots: list[str]) -> Callable[[str, tuple[A
                 refuse("writing", resolved)
             if not writing and not under(resolved, [work, *read_roots]) and resolved not in readable_files:
                 refuse("reading", resolved)
+        elif event in ("os.listdir", "os.scandir") and args and args[0] is not None:
+            resolved = resolve(args[0])
+            if resolved is not None and not under(resolved, [work, *read_roots]):
+                refuse("listing", resolved)
         elif event in changes:
             for path_at, fd_at in changes[event]:
                 if path_at < len(args) and args[path_at] is not None:
@@ -236,15 +299,8 @@ def _run_worker(cfg: dict[str, Any], nonce: str, uid: int | None, libc: Any, lay
     else:  # RLIMIT_NPROC counts every task of our uid, the caller's included
         nproc = _tasks_of_uid(os.getuid()) + cfg["nproc"] if libc is not None else None
     _apply_limits(cfg, nproc)
-    keep = (1 << CAP_DAC_READ_SEARCH) if cfg["read_all"] else 0
-    if uid is not None:
-        _check(libc.prctl(PR_SET_KEEPCAPS, 1 if keep else 0, 0, 0, 0), "prctl(KEEPCAPS)")
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        _set_capabilities(libc, keep)
-    elif "userns" in layers:
-        _set_capabilities(libc, 0)
+    if libc is not None and cfg["os_isolation"]:
+        _drop_privileges(libc, uid)
     signal.signal(signal.SIGXCPU, lambda *_: os._exit(CPU_EXIT))
     import builtins
 
@@ -252,7 +308,7 @@ def _run_worker(cfg: dict[str, Any], nonce: str, uid: int | None, libc: Any, lay
         if not hasattr(builtins, name):
             setattr(builtins, name, sys.exit)
     sys.path.insert(0, cfg["work"])
-    sys.argv = ["main.py"]
+    sys.argv = ["main.py", *map(str, cfg["fds"])]  # descriptors handed to the program (a grading channel)
     sys.modules.pop("ctypes", None)
     main = sys.modules["__main__"] = type(sys)("__main__")  # a fresh __main__, not this launcher module
     main.__file__ = "main.py"
@@ -297,15 +353,16 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
     import resource  # noqa: F401 - loaded before entering a user namespace, where it may no longer be readable
 
     libc = _libc()
-    can_switch_uid = _enter_namespaces(libc, layers) if cfg["os_isolation"] and libc else False
-    uid = UID_BASE + os.getpid() if can_switch_uid else None
+    if cfg["bwrap"]:
+        layers += cfg["bwrap"]  # bubblewrap set up the namespaces and the file system view before starting us
+    elif cfg["os_isolation"] and libc:
+        _enter_namespaces(libc, layers, cfg)
+    uid = cfg["uid"] if cfg["os_isolation"] and libc and os.geteuid() == 0 else None
     if uid is not None:
         os.chown(cfg["work"], uid, uid)
-        layers += ["uid", "no_caps" if not cfg["read_all"] else "cap_dac_read_search_only"]
-    elif "userns" in layers:
-        layers.append("no_caps")
+        layers.append("uid")
     if cfg["os_isolation"] and libc:
-        layers.append("no_new_privs")
+        layers += ["no_caps", "no_new_privs"]
     if cfg["audit_hook"]:
         layers.append("audit_hook")
     worker = os.fork()
@@ -398,15 +455,23 @@ def run_python(
     strict: bool = True,
     audit_hook: bool = True,
     os_isolation: bool = True,
+    pass_fds: tuple[int, ...] = (),
 ) -> SandboxResult:
     """Run ``source`` as ``__main__`` in a fresh sandbox; ``files`` are written next to it first (``solution.py``
     can then be imported); ``stdin`` is its standard input (empty by default).
 
     ``strict``: passing needs the program to run to its end (for a program followed by its tests); otherwise
     any exit status 0 passes, ``sys.exit(0)`` included (for a stdin/stdout program). ``audit_hook`` and
-    ``os_isolation`` switch the two layers (both on by default; tests turn one off to see the other hold)."""
+    ``os_isolation`` switch the two layers (both on by default; tests turn one off to see the other hold).
+    ``pass_fds``: descriptors (pipe ends) the program gets, their numbers in ``sys.argv[1:]``; they are handed
+    over: closed in this process once the sandbox has started."""
     limits = limits or SandboxLimits()
-    host_dir = Path(tempfile.mkdtemp(prefix="scalerl-sandbox-"))
+    try:
+        bwrap = _bubblewrap() if os_isolation else None
+        host_dir = Path(tempfile.mkdtemp(prefix="scalerl-sandbox-"))
+    except BaseException:
+        _close_all(pass_fds)
+        raise
     try:
         os.chmod(host_dir, 0o711)  # the sandbox uid may pass through to work/, not list or open host files
         work = host_dir / "work"
@@ -418,34 +483,51 @@ def run_python(
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
         (host_dir / "stdin").write_text(stdin or "", encoding="utf-8")
+        read_roots = _read_roots(limits.site_packages)
         config = {
-            "work": str(work), "nonce": secrets.token_hex(16), "audit_hook": audit_hook, "strict": strict,
-            "os_isolation": os_isolation, "read_all": not _stdlib_readable_by_others(),
-            "read_roots": _read_roots(limits.site_packages), "cpu": max(1, math.ceil(limits.cpu_seconds)),
-            "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20,
-            "nproc": limits.max_processes, "nofile": limits.max_open_files,
+            "work": str(work.resolve()), "nonce": secrets.token_hex(16), "audit_hook": audit_hook, "strict": strict,
+            "os_isolation": os_isolation, "read_roots": read_roots, "cpu": max(1, math.ceil(limits.cpu_seconds)),
+            "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20, "fds": list(pass_fds),
+            "nproc": limits.max_processes, "nofile": limits.max_open_files, "bwrap": BWRAP_LAYERS if bwrap else [],
         }
-        return _launch(host_dir, work, config, limits)
+        prefix = _bwrap_command(bwrap, config["work"], read_roots) if bwrap else []
+    except BaseException:
+        _close_all(pass_fds)
+        _remove_tree(host_dir)
+        raise
+    try:
+        return _launch(host_dir, work, config, limits, prefix, pass_fds)
     finally:
         _remove_tree(host_dir)
 
 
-def _launch(host_dir: Path, work: Path, config: dict[str, Any], limits: SandboxLimits) -> SandboxResult:
+def _close_all(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _launch(host_dir: Path, work: Path, config: dict[str, Any], limits: SandboxLimits, prefix: list[str],
+            pass_fds: tuple[int, ...]) -> SandboxResult:
     cfg_r, cfg_w = os.pipe()
     status_r, status_w = os.pipe()
-    command = [sys.executable, "-I", "-B", "-u", *([] if limits.site_packages else ["-S"])]
-    command += [os.path.abspath(__file__), str(cfg_r), str(status_w)]
+    command = [*prefix, sys.executable, "-I", "-B", "-u", *([] if limits.site_packages else ["-S"])]
+    command += [LAUNCHER, str(cfg_r), str(status_w)]
     started = time.monotonic()
     try:
-        with open(host_dir / "stdin", "rb") as fin, open(host_dir / "stdout", "wb") as fout, \
-                open(host_dir / "stderr", "wb") as ferr:
-            proc = subprocess.Popen(
-                command, stdin=fin, stdout=fout, stderr=ferr, cwd=work, pass_fds=(cfg_r, status_w),
-                env={"HOME": str(work), "TMPDIR": str(work)}, start_new_session=True,
-            )
+        try:
+            with open(host_dir / "stdin", "rb") as fin, open(host_dir / "stdout", "wb") as fout, \
+                    open(host_dir / "stderr", "wb") as ferr:
+                proc = subprocess.Popen(
+                    command, stdin=fin, stdout=fout, stderr=ferr, cwd=work, pass_fds=(cfg_r, status_w, *pass_fds),
+                    env={"HOME": str(work), "TMPDIR": str(work)}, start_new_session=True,
+                )
+        finally:
+            _close_all(pass_fds)  # the sandbox holds them now: its end of file is the other side's
         os.close(cfg_r)
         os.close(status_w)
         cfg_r = status_w = -1
+        # the sandbox uid (used when we are root): unique among live sandboxes, as the launcher's host pid is
+        config["uid"] = UID_BASE + proc.pid
         with os.fdopen(cfg_w, "wb") as fh:
             cfg_w = -1
             fh.write(marshal.dumps(config))
@@ -577,14 +659,81 @@ def _read_roots(site_packages: bool) -> list[str]:
     return sorted({os.path.realpath(paths[n]) for n in names if n in paths})
 
 
+LAUNCHER = os.path.abspath(__file__)
+# what bubblewrap gives (see _bwrap_command); named in SandboxResult.isolation
+BWRAP_LAYERS = ["bwrap", "mountns", "ro_root", "private_tmp", "netns", "pidns", "ipcns", "utsns"]
+SANDBOX_ENV = "SCALERL_SANDBOX"  # auto (default): bubblewrap when it runs here; bwrap: require it; fallback
+
+
+def _bubblewrap() -> str | None:
+    """The bubblewrap executable to run each sandbox in, or None for the fallback (per ``SCALERL_SANDBOX``)."""
+    choice = os.environ.get(SANDBOX_ENV, "auto").strip().lower() or "auto"
+    if choice not in ("auto", "bwrap", "fallback"):
+        raise UserError(f"{SANDBOX_ENV}={choice!r} is not one of auto, bwrap, fallback")
+    if choice == "fallback":
+        return None
+    path, problem = _probe_bubblewrap()
+    if path is None and choice == "bwrap":
+        raise UserError(f"{SANDBOX_ENV}=bwrap but bubblewrap cannot run here ({problem}); install the Debian "
+                        f"package bubblewrap, or set {SANDBOX_ENV}=fallback")
+    return path
+
+
 @lru_cache(maxsize=1)
-def _stdlib_readable_by_others() -> bool:
-    """True when a uid with no privileges can import the standard library (and installed packages)."""
-    for root in _read_roots(site_packages=True):
-        path = Path(root)
-        if not (path.exists() and path.stat().st_mode & stat.S_IROTH):
-            return False
-        for parent in [path, *path.parents]:
-            if not parent.stat().st_mode & stat.S_IXOTH:
-                return False
-    return True
+def _probe_bubblewrap() -> tuple[str | None, str]:
+    """(path, "") when bubblewrap runs a Python here with the sandbox's options, else (None, why not)."""
+    path = shutil.which("bwrap")
+    if path is None:
+        return None, "bwrap not found"
+    work = tempfile.mkdtemp(prefix="scalerl-bwrap-probe-")
+    try:
+        command = _bwrap_command(path, work, _read_roots(False)) + [sys.executable, "-I", "-S", "-c", "pass"]
+        done = subprocess.run(command, capture_output=True, timeout=30, env={})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, str(exc)
+    finally:
+        os.rmdir(work)
+    if done.returncode != 0:
+        return None, done.stderr.decode(errors="replace").strip().splitlines()[-1:][0] if done.stderr else "failed"
+    return path, ""
+
+
+def describe_isolation() -> str:
+    """One line for the run's log: which sandbox layer is active here."""
+    path, problem = _probe_bubblewrap()
+    if _bubblewrap() is not None:
+        return f"code sandbox: bubblewrap ({path}: read-only minimal root, private /tmp, no network, new PID namespace)"
+    why = f"{SANDBOX_ENV}=fallback" if not problem else problem
+    return (f"code sandbox: fallback without bubblewrap ({why}): namespaces, private /tmp, own uid, no capabilities, "
+            "no_new_privs, rlimits, audit hook")
+
+
+def _bwrap_command(bwrap: str, work: str, read_roots: list[str]) -> list[str]:
+    """bubblewrap's command line: a new root holding only /usr (and its /bin, /lib... links), the interpreter's
+    files and this launcher, all read-only; the working directory read-write; fresh /proc, /dev and an empty
+    private /tmp; new PID, network, IPC and UTS namespaces. As root the launcher keeps its capabilities long
+    enough to switch the code to its own uid and drop them all; otherwise a user namespace without any."""
+    command = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+               "--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr"]
+    if os.geteuid() != 0:
+        command += ["--unshare-user", "--cap-drop", "ALL"]
+    for name in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(name):
+            command += ["--symlink", os.readlink(name), name]
+        elif os.path.isdir(name):
+            command += ["--ro-bind", name, name]
+    command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
+    binds: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *read_roots)}):
+        if not any(path == b or path.startswith(b + "/") for b in ["/usr", *binds]):
+            binds.append(path)
+    if not any(LAUNCHER.startswith(b + "/") for b in ["/usr", *binds]):
+        binds.append(LAUNCHER)
+    command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
+    parents = sorted({os.path.dirname(p) for p in [*binds, work]})
+    for parent in sorted({"/".join(p.split("/")[:i]) for p in parents for i in range(2, p.count("/") + 2)}):
+        command += ["--perms", "0755", "--dir", parent]  # bubblewrap makes them 0700 otherwise: closed to the uid
+    for path in binds:
+        command += ["--ro-bind", path, path]
+    command += ["--bind", work, work, "--chdir", work, "--"]
+    return command
