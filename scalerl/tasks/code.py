@@ -7,7 +7,10 @@ The program is taken from the text after the last ``</think>`` (``scalerl.tasks.
 
 * a list of assert statements, or a string of test code (e.g. HumanEval's ``def check(candidate): …``, called
   with ``entry_point`` when given): the solution is saved as ``solution.py`` and imported (its
-  ``if __name__ == "__main__":`` block does not run), then the tests run in the same interpreter;
+  ``if __name__ == "__main__":`` block does not run) in one sandbox; the tests run in another, where each of
+  the solution's functions is a proxy: its arguments go to the solution's sandbox and its result comes back as
+  plain data (``code_wire``), so the tests compare real values and the solution never sees the tests. The
+  verdict is the tests' sandbox running to its end, never the solution's exit status;
 * a list of ``{"input": …, "output": …}`` cases, or ``{"inputs": [...], "outputs": [...]}`` (APPS / DeepCoder
   style): the solution runs as a program once per case with that standard input; its standard output must
   equal the expected one up to trailing whitespace on each line and trailing blank lines. With ``fn_name`` in
@@ -19,6 +22,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,16 +36,15 @@ from scalerl.tasks.base import Problem
 from scalerl.tasks.files import StaticTask, field_of, file_problems, format_prompt, record_id, resolve_template
 from scalerl.tasks.files import validate_params
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.sandbox import SandboxLimits, SandboxResult, run_python
+from scalerl.tasks.sandbox import SandboxLimits, SandboxResult, describe_isolation, run_python
 
 PROMPT_FIELDS = ("prompt", "question", "problem")
 TESTS_FIELDS = ("tests", "test", "test_cases", "input_output")
 
-# Runs the tests against solution.py with the solution's names in scope, private ones included.
-_PRELUDE = (
-    "import solution as _solution\n"
-    "globals().update({k: v for k, v in vars(_solution).items() if not (k.startswith('__') and k.endswith('__'))})\n"
-)
+_HERE = Path(__file__).resolve().parent
+# the two sides of a script test (see the module docstring), read once
+SERVER, CHECKER, WIRE = ((_HERE / name).read_text(encoding="utf-8")
+                         for name in ("code_server.py", "code_checker.py", "code_wire.py"))
 
 
 class CodeParams(BaseModel):
@@ -113,7 +119,7 @@ def check_solution(code: str, tests: dict[str, Any], limits: SandboxLimits) -> S
     """Run ``code`` against ``tests`` (from ``parse_tests``); the result of the first failing run, else of the
     last run. ``passed`` is true iff every test passed."""
     if tests["kind"] == "script":
-        return run_python(_PRELUDE + tests["source"], limits, files={"solution.py": code})
+        return _check_script(code, tests["source"], limits)
     result = None
     for number, (stdin, expected) in enumerate(tests["cases"], 1):
         result = run_python(code, limits, stdin=stdin, strict=False)
@@ -123,6 +129,22 @@ def check_solution(code: str, tests: dict[str, Any], limits: SandboxLimits) -> S
             return dataclasses.replace(result, passed=False, reason=f"wrong output on test case {number}")
     assert result is not None  # parse_tests never gives an empty case list
     return result
+
+
+def _check_script(code: str, tests: str, limits: SandboxLimits) -> SandboxResult:
+    """The solution in one sandbox, the tests in another, joined by two pipes that carry plain data only;
+    the result is the tests' run (passed iff they ran to their end)."""
+    to_solution_r, to_solution_w = os.pipe()
+    to_checker_r, to_checker_w = os.pipe()
+    with ThreadPoolExecutor(1) as pool:
+        solution = pool.submit(run_python, SERVER, limits, files={"solution.py": code, "_wire.py": WIRE},
+                               strict=False, pass_fds=(to_solution_r, to_checker_w))
+        try:
+            verdict = run_python(CHECKER, limits, files={"tests.py": tests, "_wire.py": WIRE},
+                                 pass_fds=(to_checker_r, to_solution_w))
+        finally:
+            solution.result()
+    return verdict
 
 
 @functools.lru_cache(maxsize=4096)
@@ -161,6 +183,7 @@ def make_code_task(*, seed: int = 0, n_train: int = 4000, n_val: int = 256, **pa
     limits = SandboxLimits(
         cpu_seconds=p.cpu_seconds, wall_seconds=p.wall_seconds, memory_mb=p.memory_mb, site_packages=p.site_packages
     )
+    print(describe_isolation(), file=sys.stderr)  # the run's log names the active sandbox layer
     make = functools.partial(_code_problem, resolve_template(p.template))
     train, val = file_problems(p.path, p.val_path, seed, n_train, n_val, make)
     return StaticTask("code", train, val, CodeGrader(limits))

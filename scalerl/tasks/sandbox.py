@@ -73,9 +73,12 @@ CPU_EXIT = 128 + signal.SIGXCPU  # the worker's exit status when its CPU time ra
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 8, 24, 38
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable places, replaced by empty private ones
+PROGRAM_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/libexec", "/usr/games", "/bin",
+                "/sbin")  # hidden: no shell, no other program to run
+HOST_SIDE = "# " + "=" * 76 + " host side"
 
 
 def _libc() -> Any:
@@ -123,12 +126,10 @@ def _private_mounts(libc: Any, cfg: dict[str, Any]) -> None:
     every directory that other users may not enter on the way to the interpreter's files (such as /root for a
     Python under /root), with the working directory and those files bound back, read-only. So the code needs
     no capability to import the standard library, and sees neither the host's /tmp nor /root."""
-
     def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-        enc = (lambda v: None if v is None else v.encode())
-        _check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+        _mount(libc, source, target, fstype, flags, data)
 
-    work, roots = cfg["work"], cfg["read_roots"]
+    work, roots = cfg["work"], cfg["bind_roots"]
     hidden = sorted({_closed_ancestor(root) for root in roots} - {None})
     back = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in [work, *roots]}
     mount(None, "/", None, MS_REC | MS_PRIVATE)
@@ -288,19 +289,77 @@ def _make_audit_hook(work: str, read_roots: list[str]) -> Callable[[str, tuple[A
     return hook
 
 
-def _run_worker(cfg: dict[str, Any], nonce: str, uid: int | None, libc: Any, layers: list[str]) -> None:
-    """In the forked worker: drop privileges, apply limits, install the hook, run main.py; never returns."""
+def _mount(libc: Any, source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def enc(value: str | None) -> bytes | None:
+        return None if value is None else value.encode()
+
+    _check(libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def _harden(libc: Any, cfg: dict[str, Any], layers: list[str]) -> None:
+    """With the capabilities of the launcher's own mount namespace (as root, or in a user namespace): hide the
+    directories of programs (the interpreter itself bound back), put ``/dev/null`` over the ``_ctypes``
+    extension (the launcher loaded it; the worker is a fresh interpreter that never did) and make the working
+    directory ``noexec``. So the code runs no shell, no program it writes, and loads no ctypes, even with the
+    audit hook switched off. Best effort: a note on stderr where the kernel refuses."""
+    try:
+        exe = os.path.realpath(sys.executable)
+        keep = os.open(exe, os.O_PATH)
+        for target in PROGRAM_DIRS:
+            if os.path.isdir(target) and not os.path.islink(target):
+                _mount(libc, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+                if exe.startswith(target + "/"):
+                    os.makedirs(os.path.dirname(exe), mode=0o755, exist_ok=True)
+                    os.close(os.open(exe, os.O_CREAT | os.O_WRONLY, 0o755))
+                    _mount(libc, f"/proc/self/fd/{keep}", exe, None, MS_BIND)
+        os.close(keep)
+        import _ctypes  # loaded by _libc
+
+        _mount(libc, "/dev/null", os.path.realpath(_ctypes.__file__), None, MS_BIND)
+        _mount(libc, cfg["work"], cfg["work"], None, MS_BIND)
+        _mount(libc, None, cfg["work"], None, MS_BIND | MS_REMOUNT | MS_NOEXEC | MS_NOSUID | MS_NODEV)
+        layers += ["no_programs", "no_ctypes", "noexec_work"]
+    except (OSError, AttributeError) as exc:
+        os.write(2, f"sandbox: programs and ctypes stay reachable ({exc})\n".encode())
+
+
+# The worker's first program: a fresh interpreter (no ctypes in memory) that reads this file's child side and
+# its settings from a pipe, then runs _run_worker.
+_WORKER_BOOT = """import marshal, os, sys
+fd = int(sys.argv[1])
+chunks = []
+while chunk := os.read(fd, 65536):
+    chunks.append(chunk)
+os.close(fd)
+payload = marshal.loads(b"".join(chunks))
+scope = {"__name__": "scalerl_sandbox_worker"}
+exec(compile(payload.pop("source"), "sandbox.py", "exec"), scope)
+scope["_run_worker"](payload)
+"""
+
+
+def _start_worker(cfg: dict[str, Any], uid: int | None, libc: Any, payload_fd: int) -> None:
+    """In the launcher's forked child: drop every privilege, apply the limits, then become a fresh interpreter
+    running ``_WORKER_BOOT``; never returns."""
     if libc is not None:
         _check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         if cfg["os_isolation"]:
             _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+            _drop_privileges(libc, uid)
     if uid is not None:
         nproc = cfg["nproc"]
     else:  # RLIMIT_NPROC counts every task of our uid, the caller's included
         nproc = _tasks_of_uid(os.getuid()) + cfg["nproc"] if libc is not None else None
     _apply_limits(cfg, nproc)
-    if libc is not None and cfg["os_isolation"]:
-        _drop_privileges(libc, uid)
+    os.set_inheritable(payload_fd, True)
+    flags = ["-I", "-B", "-u", *(["-S"] if not cfg["site_packages"] else [])]
+    os.execv(sys.executable, [sys.executable, *flags, "-c", _WORKER_BOOT, str(payload_fd)])
+
+
+def _run_worker(payload: dict[str, Any]) -> None:
+    """In the worker's fresh interpreter: install the hook, run main.py; never returns."""
+    cfg, nonce = payload["cfg"], payload["nonce"]
+    del payload["nonce"]
     signal.signal(signal.SIGXCPU, lambda *_: os._exit(CPU_EXIT))
     import builtins
 
@@ -309,8 +368,7 @@ def _run_worker(cfg: dict[str, Any], nonce: str, uid: int | None, libc: Any, lay
             setattr(builtins, name, sys.exit)
     sys.path.insert(0, cfg["work"])
     sys.argv = ["main.py", *map(str, cfg["fds"])]  # descriptors handed to the program (a grading channel)
-    sys.modules.pop("ctypes", None)
-    main = sys.modules["__main__"] = type(sys)("__main__")  # a fresh __main__, not this launcher module
+    main = sys.modules["__main__"] = type(sys)("__main__")  # a fresh __main__, not the boot program
     main.__file__ = "main.py"
     write, exit_now = os.write, os._exit
     if cfg["audit_hook"]:
@@ -349,7 +407,7 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
     with os.fdopen(cfg_fd, "rb") as fh:
         cfg = marshal.loads(fh.read())
     nonce = cfg.pop("nonce")
-    layers = ["session", "rlimits", "empty_env"]
+    layers = ["session", "rlimits", "empty_env", "fresh_interpreter"]
     import resource  # noqa: F401 - loaded before entering a user namespace, where it may no longer be readable
 
     libc = _libc()
@@ -357,6 +415,8 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
         layers += cfg["bwrap"]  # bubblewrap set up the namespaces and the file system view before starting us
     elif cfg["os_isolation"] and libc:
         _enter_namespaces(libc, layers, cfg)
+    if libc and cfg["os_isolation"] and "mountns" in layers and (os.geteuid() == 0 or "userns" in layers):
+        _harden(libc, cfg, layers)
     uid = cfg["uid"] if cfg["os_isolation"] and libc and os.geteuid() == 0 else None
     if uid is not None:
         os.chown(cfg["work"], uid, uid)
@@ -365,14 +425,24 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
         layers += ["no_caps", "no_new_privs"]
     if cfg["audit_hook"]:
         layers.append("audit_hook")
+    with open(__file__, encoding="utf-8") as fh:  # the child side only: the worker has no scalerl to import
+        source = fh.read().split(HOST_SIDE)[0]
+    payload_r, payload_w = os.pipe()
     worker = os.fork()
     if worker == 0:
         try:
             os.close(status_fd)
-            _run_worker(cfg, nonce, uid, libc, layers)
+            os.close(payload_w)
+            _start_worker(cfg, uid, libc, payload_r)
         except BaseException as exc:  # noqa: BLE001 - report any setup failure and never fall through
             os.write(2, f"sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
         os._exit(SETUP_FAILED)
+    os.close(payload_r)
+    try:
+        with os.fdopen(payload_w, "wb") as fh:
+            fh.write(marshal.dumps({"cfg": cfg, "nonce": nonce, "source": source}))
+    except OSError:
+        pass  # the worker failed before reading: its exit status tells
     del nonce
     _, status, usage = os.wait4(worker, 0)
     report = {"exit": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime, "layers": layers,
@@ -489,6 +559,7 @@ def run_python(
             "os_isolation": os_isolation, "read_roots": read_roots, "cpu": max(1, math.ceil(limits.cpu_seconds)),
             "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20, "fds": list(pass_fds),
             "nproc": limits.max_processes, "nofile": limits.max_open_files, "bwrap": BWRAP_LAYERS if bwrap else [],
+            "site_packages": limits.site_packages, "bind_roots": _bind_roots(read_roots),
         }
         prefix = _bwrap_command(bwrap, config["work"], read_roots) if bwrap else []
     except BaseException:
@@ -708,6 +779,15 @@ def describe_isolation() -> str:
             "no_new_privs, rlimits, audit hook")
 
 
+def _bind_roots(read_roots: list[str]) -> list[str]:
+    """The directories the code needs to see, outermost only: the interpreter's prefixes and ``read_roots``."""
+    roots: list[str] = []
+    for path in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *read_roots)}):
+        if not any(path == root or path.startswith(root + "/") for root in roots):
+            roots.append(path)
+    return roots
+
+
 def _bwrap_command(bwrap: str, work: str, read_roots: list[str]) -> list[str]:
     """bubblewrap's command line: a new root holding only /usr (and its /bin, /lib... links), the interpreter's
     files and this launcher, all read-only; the working directory read-write; fresh /proc, /dev and an empty
@@ -723,10 +803,7 @@ def _bwrap_command(bwrap: str, work: str, read_roots: list[str]) -> list[str]:
         elif os.path.isdir(name):
             command += ["--ro-bind", name, name]
     command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
-    binds: list[str] = []
-    for path in sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *read_roots)}):
-        if not any(path == b or path.startswith(b + "/") for b in ["/usr", *binds]):
-            binds.append(path)
+    binds = [path for path in _bind_roots(read_roots) if not path.startswith("/usr/")]
     if not any(LAUNCHER.startswith(b + "/") for b in ["/usr", *binds]):
         binds.append(LAUNCHER)
     command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
