@@ -1,9 +1,12 @@
-"""The sandbox (scalerl.tasks.sandbox): hostile programs are contained and the host is untouched; benign
-programs pass and fail as they should. Each hostile sample runs with both layers, and where the machine allows
-also with the OS layer alone (audit hook off), to show it holds without the in-process hook."""
+"""The sandbox (scalerl.tasks.sandbox) and the code grader: hostile programs are contained and the host is
+untouched; benign programs pass and fail as they should. Every test runs twice: under bubblewrap (skipped where it
+cannot run) and under the fallback. Hostile samples run with both layers, and also with the in-process audit hook
+switched off (by the test, or by the sample itself through gc), to show the OS layer holds without it. The last
+section is the audit's nine uncontained classes, with variants: all contained, all graded incorrect (reward -1)."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -14,16 +17,28 @@ from pathlib import Path
 
 import pytest
 
-from scalerl.tasks.sandbox import SandboxLimits, run_python
+from scalerl.config import RewardConfig
+from scalerl.tasks.base import Problem
+from scalerl.tasks.code import CodeGrader, parse_tests
+from scalerl.tasks.sandbox import SANDBOX_ENV, SandboxLimits, _probe_bubblewrap, run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's OS layer is Linux-only")
+
+
+@pytest.fixture(autouse=True, params=["bwrap", "fallback"])
+def sandbox_mode(request, monkeypatch) -> str:
+    """Each test under bubblewrap (where it runs here) and under the fallback layers."""
+    if request.param == "bwrap" and _probe_bubblewrap()[0] is None:
+        pytest.skip(f"bubblewrap cannot run here: {_probe_bubblewrap()[1]}")
+    monkeypatch.setenv(SANDBOX_ENV, request.param)
+    return request.param
 
 HOSTILE = SandboxLimits(cpu_seconds=1, wall_seconds=20, memory_mb=256, max_processes=8)
 QUICK = SandboxLimits(cpu_seconds=1, wall_seconds=2, memory_mb=256, max_processes=8)
 
 
-@pytest.fixture(scope="module")
-def layers() -> tuple[str, ...]:
+@pytest.fixture
+def layers(sandbox_mode) -> tuple[str, ...]:
     """The isolation layers this machine gives (namespaces and a uid of its own need root or user namespaces)."""
     result = run_python("pass")
     assert result.passed, result.reason
@@ -180,7 +195,9 @@ def test_writing_outside_the_working_directory_is_refused(tmp_path, layers, hook
     for program in (f"open({str(target)!r}, 'w').write('x')", f"import os\nos.remove({str(canary)!r})",
                     f"import os\nos.rename({str(canary)!r}, {str(target)!r})"):
         result = run_python(program, QUICK, audit_hook=hook)
-        assert not result.passed and "PermissionError" in result.reason, (program, result.reason)
+        # refused by the hook or the uid (PermissionError), or the host's /tmp is not even there (private /tmp)
+        assert not result.passed and ("PermissionError" in result.reason or "FileNotFoundError" in result.reason), (
+            program, result.reason)
     assert not target.exists()
     assert canary.read_text() == "keep me"
 
@@ -229,3 +246,231 @@ def test_parent_environment_secrets_are_not_visible(monkeypatch, layers, hook):
     assert result.passed, result.reason
     assert "hunter2" not in result.stdout + result.stderr
     assert result.stdout.count("refused") == 2
+
+
+def test_layers_are_named_and_no_capability_is_left(sandbox_mode, layers):
+    expected = {"bwrap", "ro_root"} if sandbox_mode == "bwrap" else {"mountns"}
+    assert expected <= set(layers) and "no_caps" in layers and ("bwrap" in layers) == (sandbox_mode == "bwrap")
+    status = run_python("print(open('/proc/self/status').read())", QUICK, audit_hook=False)
+    assert status.passed, status.reason
+    caps = {line.split(":")[0]: int(line.split()[1], 16) for line in status.stdout.splitlines() if line.startswith("Cap")}
+    assert caps == {"CapInh": 0, "CapPrm": 0, "CapEff": 0, "CapBnd": 0, "CapAmb": 0}
+    assert "NoNewPrivs:\t1" in status.stdout
+
+
+# ------------------------------------------------------------------ the audit's nine classes, and variants
+
+# Switches the in-process audit hook off from pure Python (its closure is reachable through gc), as the audit
+# did; prints how many hooks it disarmed. What follows it meets the OS layer alone.
+BYPASS_REFUSE = """
+import gc
+def _disarm():
+    n = 0
+    for obj in gc.get_objects():
+        if type(obj).__name__ == 'function' and obj.__name__ == 'hook' and obj.__closure__:
+            for cell in obj.__closure__:
+                if getattr(cell.cell_contents, '__name__', '') == 'refuse':
+                    cell.cell_contents = lambda *a: None
+                    n += 1
+    return n
+print('DISARMED', _disarm())
+"""
+BYPASS_UNDER = BYPASS_REFUSE.replace("'refuse'", "'under'").replace("lambda *a: None", "lambda *a: True").replace(
+    "                    n += 1", "                    n += 1\n                elif isinstance(cell.cell_contents, set):\n"
+    "                    cell.cell_contents.clear()")
+BYPASSES = {"hook": "", "gc-refuse": BYPASS_REFUSE, "gc-under": BYPASS_UNDER}
+
+
+def escape_sample(action: str, bypass: str) -> str:
+    """A solution whose ``add`` is right only if ``action`` (which raises when it is stopped) succeeded."""
+    body = "\n".join("    " + line for line in action.strip().splitlines())
+    return f"{bypass}\ntry:\n{body}\n    ESCAPED = True\nexcept BaseException as exc:\n    ESCAPED = False\n" \
+           "    print('STOPPED', type(exc).__name__, exc)\nprint('ESCAPED', ESCAPED)\n" \
+           "def add(a, b):\n    return a + b if ESCAPED else None\n"
+
+
+def outside_python(path: str) -> set[str]:
+    """Entries of ``path`` on the host other than the way to the interpreter (which the sandbox shows)."""
+    way = {Path(sys.base_prefix).resolve().relative_to(path).parts[0]} if str(Path(sys.base_prefix).resolve()).startswith(path + "/") else set()
+    return set(os.listdir(path)) - way
+
+
+ESCAPES = {  # class -> variant -> action (raises when contained)
+    "read /etc/shadow": {
+        "open": "assert open('/etc/shadow').read()",
+        "os.open": "import os\nassert os.read(os.open('/etc/shadow', os.O_RDONLY), 100)",
+        "pathlib": "import pathlib\nassert pathlib.Path('/etc/shadow').read_bytes()",
+    },
+    "load ctypes": {
+        "import": "import ctypes\nassert ctypes.CDLL(None).getpid() > 0",
+        "_ctypes": "import _ctypes\nassert _ctypes.dlopen",
+        "loader": "import glob, sys, importlib.machinery, importlib.util\n"
+                  "path = glob.glob(sys.base_prefix + '/lib/python3*/lib-dynload/_ctypes.*so')[0]\n"
+                  "spec = importlib.util.spec_from_file_location('_ctypes', path)\n"
+                  "importlib.util.module_from_spec(spec)",
+    },
+    "run /bin/sh": {
+        "subprocess": "import subprocess\nassert b'pwned' in subprocess.run(['/bin/sh', '-c', 'echo pwned'], "
+                      "capture_output=True).stdout",
+        "os.system": "import os\nassert os.system('echo pwned > pwned.txt') == 0 and open('pwned.txt').read()",
+        "own script": "import os, subprocess\nopen('x.sh', 'w').write('#!/bin/sh\\necho pwned\\n')\n"
+                      "os.chmod('x.sh', 0o755)\nassert b'pwned' in subprocess.run(['./x.sh'], capture_output=True).stdout",
+        "own binary": "import os, shutil, subprocess, sys\nshutil.copy(sys.executable, 'py')\nos.chmod('py', 0o755)\n"
+                      "assert b'pwned' in subprocess.run(['./py', '-c', 'print(\"pwned\")'], capture_output=True).stdout",
+    },
+    "list /root": {
+        "listdir": "import os\nassert set(os.listdir('/root')) - {WAY}",
+        "scandir": "import os\nassert {e.name for e in os.scandir('/root')} - {WAY}",
+        "glob": "import glob\nassert {p[6:] for p in glob.glob('/root/*') + glob.glob('/root/.*')} - {WAY}",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def root_way() -> str:
+    prefix = str(Path(sys.base_prefix).resolve())
+    return repr(prefix.split("/")[2]) if prefix.startswith("/root/") else "''"
+
+
+def add_problem() -> Problem:
+    tests = parse_tests(["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(10, 20) == 30"],
+                        None, "hostile.jsonl", 0)
+    return Problem(id="add", prompt="Write add(a, b).", answer=json.dumps(tests))
+
+
+def reward(code: str) -> float:
+    """The reward the trainer gives this solution (paper A.3: +1 correct, -1 otherwise)."""
+    verdict = CodeGrader(HOSTILE_GRADING)(add_problem(), f"```python\n{code}```")
+    return RewardConfig().correct if verdict else RewardConfig().incorrect
+
+
+HOSTILE_GRADING = SandboxLimits(cpu_seconds=2, wall_seconds=10, memory_mb=256, max_processes=8)
+ESCAPE_CASES = [(c, v, b) for c, variants in ESCAPES.items() for v in variants for b in ("hook", "gc-refuse")]
+
+
+@pytest.mark.parametrize("klass,variant,bypass", ESCAPE_CASES, ids=[" / ".join(c) for c in ESCAPE_CASES])
+def test_escapes_are_contained_with_or_without_the_audit_hook(klass, variant, bypass, root_way):
+    if klass == "read /etc/shadow" and not Path("/etc/shadow").exists():
+        pytest.skip("no /etc/shadow here")
+    sample = escape_sample(ESCAPES[klass][variant].replace("WAY", root_way), BYPASSES[bypass])
+    result = run_python("import solution", HOSTILE, files={"solution.py": sample})
+    assert result.passed, result.reason
+    if BYPASSES[bypass]:  # the audit's bypass works: the OS layer alone stopped the action
+        assert "DISARMED 1" in result.stdout, result.stdout
+    assert "ESCAPED False" in result.stdout, result.stdout
+    assert "pwned" not in result.stdout and "root:" not in result.stdout
+    assert reward(sample) == -1.0
+
+
+@pytest.mark.parametrize("bypass", list(BYPASSES))
+@pytest.mark.parametrize("place", ["/tmp", "/dev/shm", "/var/tmp"])
+def test_writing_to_shared_tmp_is_contained(bypass, place):
+    if not os.access(place, os.W_OK):
+        pytest.skip(f"{place} is not writable here")
+    target = Path(place) / f"scalerl-hostile-{uuid.uuid4().hex}"
+    sample = escape_sample(f"open({str(target)!r}, 'w').write('x')\nraise RuntimeError('wrote')", BYPASSES[bypass])
+    result = run_python("import solution", HOSTILE, files={"solution.py": sample})
+    assert result.passed and (not BYPASSES[bypass] or "DISARMED 1" in result.stdout), result.stdout
+    assert not target.exists()  # refused by the hook, or written into the sandbox's private, vanished /tmp
+    assert reward(sample) == -1.0
+
+
+@pytest.mark.parametrize("bypass", [BYPASS_REFUSE, BYPASS_UNDER], ids=["gc-refuse", "gc-under"])
+def test_the_gc_bypass_is_real(bypass):
+    # the hook refuses listing /proc; once disarmed from Python, it no longer does: the rest is the OS layer
+    program = "import os\nprint(len(os.listdir('/proc')) > 0)"
+    assert "listing /proc is not allowed" in run_python(program, HOSTILE).reason
+    result = run_python(bypass + program, HOSTILE)
+    assert result.passed and "DISARMED 1" in result.stdout and "True" in result.stdout, result.stdout
+
+
+def test_the_working_directory_does_not_lead_back_to_the_host(tmp_path):
+    # a relative path climbing out of the working directory stays inside the sandbox's own view
+    marker = f"scalerl-hostile-{uuid.uuid4().hex}"
+    program = BYPASS_REFUSE + f"for up in range(1, 4):\n    try:\n        open('../' * up + {marker!r}, 'w').write('x')\n" \
+        "    except OSError as exc:\n        print(exc)"
+    run_python(program, HOSTILE)
+    assert not list(Path(tempfile.gettempdir()).glob(f"**/{marker}"))
+
+
+EQ_LIES = {
+    "object": "class Liar:\n    def __eq__(self, other):\n        return True\n    __hash__ = object.__hash__\n"
+              "def add(a, b):\n    return Liar()\n",
+    "int subclass": "class Liar(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+                    "def add(a, b):\n    return Liar(0)\n",
+    "str subclass": "class Liar(str):\n    __eq__ = lambda self, other: True\n    __hash__ = str.__hash__\n"
+                    "def add(a, b):\n    return Liar('')\n",
+    "repr lies too": "class Liar:\n    __eq__ = lambda self, other: True\n    __repr__ = lambda self: 'Liar()'\n"
+                     "def add(a, b):\n    return Liar()\n",
+    "in a list": "class Liar:\n    __eq__ = lambda self, other: True\n"
+                 "def add(a, b):\n    return [Liar()][0]\n",
+    "shadowed builtins": "def add(a, b):\n    return 0\ndef isinstance(*a):\n    return True\n"
+                         "def AssertionError(*a):\n    return None\n",
+}
+
+READ_TESTS = {  # a solution that finds the tests and returns what their asserts expect
+    "cwd files": "import glob\nsources = [open(p).read() for p in glob.glob('*.py') + glob.glob('**/*.py', recursive=True)]",
+    "other processes": "import glob, os\nsources = []\nfor p in glob.glob('/proc/[0-9]*/cwd/*.py') + glob.glob('/proc/[0-9]*/fd/*'):\n"
+                       "    try:\n        sources.append(open(p).read() if os.path.isfile(p) else '')\n    except Exception:\n        pass",
+    "the whole tmp": "import os\nsources = []\nfor top in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+                     "    for root, _, names in os.walk(top):\n        for n in names:\n"
+                     "            try:\n                sources.append(open(os.path.join(root, n)).read())\n"
+                     "            except Exception:\n                pass",
+    "the stack": "import inspect, sys\nsources = [repr(f.frame.f_globals) + repr(f.frame.f_locals) for f in inspect.stack()]\n"
+                 "sources += [open(a).read() for a in sys.argv if a.endswith('.py')]",
+    "gc": "import gc\nsources = [o for o in gc.get_objects() if isinstance(o, str) and 'assert' in o]",
+}
+READ_TESTS_TAIL = """
+import re
+expected = {}
+for text in sources:
+    for args, value in re.findall(r"add\\((-?\\d+), ?(-?\\d+)\\) == (-?\\d+)".replace(r"(-?\\d+), ?(-?\\d+)", r"(-?\\d+, ?-?\\d+)"), text):
+        expected[args.replace(' ', '')] = int(value)
+print('FOUND', len(expected))
+def add(a, b):
+    return expected.get(f'{a},{b}')
+"""
+
+TOKENS = {  # a solution that looks for the runner's completion token and prints it, then exits 0
+    "stack frames": "import sys\nfound = set()\nf = sys._getframe()\nwhile f:\n"
+                    "    found |= {str(v) for v in list(f.f_locals.values()) + list(f.f_globals.values()) if isinstance(v, (str, dict))}\n"
+                    "    f = f.f_back",
+    "gc strings": "import gc, re\nfound = {o for o in gc.get_objects() if isinstance(o, str) and re.fullmatch('[0-9a-f]{32}', o)}",
+    "gc dicts": "import gc\nfound = set()\nfor o in gc.get_objects():\n    if isinstance(o, dict) and 'nonce' in o:\n        found.add(str(o['nonce']))",
+}
+TOKENS_TAIL = """
+import os, re
+for text in found:
+    for token in re.findall('[0-9a-f]{32}', text):
+        print('\\n__scalerl_sandbox_done__ ' + token, flush=True)
+def add(a, b):
+    return None
+os._exit(0)
+"""
+
+CHEATS = {**{f"__eq__ always true / {k}": v for k, v in EQ_LIES.items()},
+          **{f"reads the tests / {k}": v + READ_TESTS_TAIL for k, v in READ_TESTS.items()},
+          **{f"token from a frame, exit 0 / {k}": v + TOKENS_TAIL for k, v in TOKENS.items()},
+          "exits 0 at import / sys.exit": "import sys\nsys.exit(0)\n",
+          "exits 0 at import / os._exit": "import os\nos._exit(0)\n"}
+
+
+CHEAT_CASES = [(name, bypass) for name in CHEATS for bypass in ("hook", "gc-refuse")
+               if bypass == "hook" or not name.startswith("__eq__")]  # a lying __eq__ needs no bypass
+
+
+@pytest.mark.parametrize("name,bypass", CHEAT_CASES, ids=[" / ".join(c) for c in CHEAT_CASES])
+def test_cheats_get_reward_minus_one(name, bypass):
+    assert reward(BYPASSES[bypass] + CHEATS[name]) == -1.0
+
+
+def test_the_tests_are_not_in_the_solutions_view():
+    sample = BYPASS_REFUSE + "sources = []\n" + "\n".join(READ_TESTS.values()).replace("sources = ", "sources += ")
+    sample += READ_TESTS_TAIL
+    result = run_python("import solution", HOSTILE, files={"solution.py": sample, "tests.py": "assert add(2, 3) == 5"})
+    assert result.passed and "FOUND 1" in result.stdout, result.stdout  # the search works when the tests are there
+    assert reward(sample) == -1.0  # and finds nothing when graded
+
+
+def test_an_honest_solution_still_gets_reward_plus_one():
+    assert reward("def add(a, b):\n    return a + b\n") == 1.0

@@ -417,6 +417,7 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
         _enter_namespaces(libc, layers, cfg)
     if libc and cfg["os_isolation"] and "mountns" in layers and (os.geteuid() == 0 or "userns" in layers):
         _harden(libc, cfg, layers)
+    os.chdir(cfg["work"])  # the directory on top of the new mounts: ".." no longer leads to the host's /tmp
     uid = cfg["uid"] if cfg["os_isolation"] and libc and os.geteuid() == 0 else None
     if uid is not None:
         os.chown(cfg["work"], uid, uid)
