@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install scalerl into the current Python environment.
 #
-#   ./install.sh          the package and what `scalerl demo` needs
+#   ./install.sh          the package and what `scalerl demo` needs, and bubblewrap for the code sandbox when
+#                         apt-get is available as root
 #   ./install.sh --dev    also the test dependencies, and Chromium for the report's browser test when apt-get
 #                         is available as root (otherwise that one test skips)
 #
@@ -45,5 +46,16 @@ if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
       || echo "install.sh: could not install Chromium; the browser test will skip"
   else
     echo "install.sh: Chromium not found; the report's browser test will skip"
+  fi
+fi
+
+# bubblewrap: the code sandbox's outer layer (docs/tasks.md "The sandbox"); without it the fallback layers hold
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "install.sh: installing bubblewrap for the code sandbox"
+    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \
+      || echo "install.sh: could not install bubblewrap; code tasks use the fallback sandbox"
+  else
+    echo "install.sh: bubblewrap not found; code tasks use the fallback sandbox (as root: apt-get install bubblewrap)"
   fi
 fi

@@ -133,3 +133,94 @@ def test_split_is_deterministic(tmp_path):
     assert [p.id for p in first.val_problems()] == [p.id for p in second.val_problems()]
     assert not {p.id for p in first.val_problems()} & {p.id for p in first.train_problems()}
     assert len(first.train_problems()) == 15
+
+
+@pytest.mark.parametrize("value", [None, True, 0, -7, 2**100, 1.5, -0.0, float("inf"), float("-inf"), 1 + 2j, "a'\"\n",
+                                   b"\x00\xff", [], (), (1,), {}, set(), frozenset(), {1, 2}, frozenset({"x"}),
+                                   {"k": [1, (2, {3: None})], (1, 2): {4.5}}])
+def test_wire_round_trips_plain_values(value):
+    from scalerl.tasks.code_wire import decode, encode
+
+    back = decode(encode(value))
+    assert back == value and type(back) is type(value)
+    assert repr(back) == repr(value)
+
+
+def test_wire_refuses_what_is_not_plain_data():
+    import math
+
+    from scalerl.tasks.code_wire import decode, encode
+
+    class Liar:
+        def __eq__(self, other):
+            return True
+
+    class Int(int):
+        pass
+
+    for value in (Liar(), Int(3), [Int(3)], {"k": Liar()}, print, math, object, [[[]]] * 0 or None.__class__):
+        with pytest.raises(TypeError):
+            encode(value)
+    assert math.isnan(decode(encode(float("nan"))))
+    nested = []
+    for _ in range(300):
+        nested = [nested]
+    with pytest.raises(TypeError, match="nested"):
+        encode(nested)
+    for text in ("__import__('os').system('true')", "Liar()", "x", "[1, f()]", "float('1e400x')", "lambda: 1", "1 + 2"):
+        with pytest.raises((ValueError, SyntaxError)):
+            decode(text)
+
+
+def script(tests: list[str] | str, entry_point: str | None = None) -> dict:
+    return parse_tests(tests, entry_point, "t.jsonl", 0)
+
+
+def test_results_cross_as_plain_values_and_exceptions_as_builtins():
+    code = ("import math, collections\nLIMIT = 10\n_cache = {'a': (1, 2)}\n"
+            "def f(x):\n    return (x, [x / 2], {'s': {x}}, None, float('nan'))\n"
+            "def g(x):\n    if x < 0:\n        raise ValueError('negative')\n    return math.sqrt(x)\n"
+            "def h():\n    raise KeyError('k')\n")
+    tests = script(["r = f(3)", "assert r[:4] == (3, [1.5], {'s': {3}}, None) and math.isnan(r[4])",
+                    "assert g(9) == 3.0 and LIMIT == 10 and _cache == {'a': (1, 2)}",
+                    "try:\n    g(-1)\nexcept ValueError as e:\n    assert 'negative' in str(e)\nelse:\n    assert False",
+                    "try:\n    h()\nexcept KeyError:\n    pass\nelse:\n    assert False",
+                    "assert isinstance(collections.Counter('aab'), dict)"])
+    result = check_solution(code, tests, LIMITS)
+    assert result.passed, (result.reason, result.stderr[-500:])
+    bad = check_solution(code.replace("x / 2", "x // 2"), tests, LIMITS)
+    assert not bad.passed and "AssertionError" in bad.reason
+
+
+def test_humaneval_check_and_fn_name_calls_go_through_the_proxy():
+    check = script("def check(candidate):\n    assert candidate('aba') is True\n    assert candidate('ab') is False\n",
+                   "is_palindrome")
+    assert check_solution("def is_palindrome(s):\n    return s == s[::-1]\n", check, LIMITS).passed
+    assert not check_solution("def is_palindrome(s):\n    return 1 if s == s[::-1] else 0\n", check, LIMITS).passed
+    calls = script({"fn_name": "fib", "inputs": [[0], [10]], "outputs": [0, 55]})
+    assert check_solution(SOLUTIONS["fib"], calls, LIMITS).passed
+
+
+def test_lying_results_and_shadowed_builtins_fail():
+    tests = script(["assert add(1, 2) == 3", "assert abs(add(1, 2) - 3) < 1e-9", "assert isinstance(add(1, 2), int)"])
+    assert check_solution("def add(a, b):\n    return a + b\n", tests, LIMITS).passed
+    liar = "class T:\n    __eq__ = lambda s, o: True\n    __sub__ = lambda s, o: 0\ndef add(a, b):\n    return T()\n"
+    assert "not plain data" in check_solution(liar, tests, LIMITS).reason
+    shadow = "def add(a, b):\n    return 0\ndef abs(x):\n    return 0\ndef isinstance(*a):\n    return True\n"
+    assert not check_solution(shadow, script(["assert abs(add(1, 2) - 3) < 1e-9"]), LIMITS).passed
+
+
+def test_the_solution_never_holds_the_tests_or_a_token():
+    # the tests' text and the runner's token are in the other sandbox: a solution searching its own memory,
+    # files and frames finds neither, and exiting 0 from inside a call is a failure
+    code = ("import gc, os, re\n"
+            "def strings():\n    seen = set()\n    for o in gc.get_objects():\n"
+            "        seen.update(r for r in gc.get_referents(o) if isinstance(r, str))\n"
+            "        if isinstance(o, dict):\n            seen.update(str(v) for v in o.values())\n    return seen\n"
+            "def probe():\n    key, seen = 'SECRET_' + 'EXPECTED', strings()\n"
+            "    files = ' '.join(open(p).read() for p in os.listdir('.') if os.path.isfile(p))\n"
+            "    return [sum(key in s for s in seen), key in files, sum(bool(re.fullmatch('[0-9a-f]{32}', s)) for s in seen)]\n"
+            "def leave():\n    os._exit(0)\n")
+    result = check_solution(code, script(["assert probe() == [0, False, 0], probe()  # SECRET_EXPECTED"]), LIMITS)
+    assert result.passed, result.reason
+    assert not check_solution(code, script(["leave()"]), LIMITS).passed

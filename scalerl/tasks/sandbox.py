@@ -1,56 +1,49 @@
 """Run untrusted Python (model-written code and its unit tests, paper §4 / A.3) in a contained child process.
 
 Threat model. The code comes from a policy being trained with RL, which exploits whatever the grader lets it get
-away with, and may be broken in every way (infinite loops, memory and fork bombs, writes everywhere). The sandbox
-keeps the *host* intact against such code on Linux, and keeps the *verdict* honest against programs that end
-early. Two layers:
+away with, and may be broken in every way (infinite loops, memory and fork bombs, writes everywhere, attempts to
+read secrets or the tests). The sandbox keeps the *host* intact on Linux; the grader (``scalerl.tasks.code``)
+keeps the *verdict* honest by running the tests in a second sandbox. Layers, none of which depends on Python:
 
-Contained by the operating system (these hold even when the Python layer below is defeated):
-  * CPU time (RLIMIT_CPU, whole seconds: SIGXCPU, then SIGKILL a second later), address space (RLIMIT_AS), file
-    size (RLIMIT_FSIZE, stdout/stderr included), open files (RLIMIT_NOFILE), no core dumps; a wall-clock timeout
-    after which the host SIGKILLs the child's whole process group (the child starts a new session).
-  * Processes: where the kernel allows (as root, or through an unprivileged user namespace) the code runs as
-    PID 1 of a new PID namespace, so every process it starts dies with it, also those that called ``setsid``;
-    it gets SIGKILL when its launcher dies (PR_SET_PDEATHSIG).
-  * As root, the code runs under a fresh unprivileged uid (``UID_BASE`` + the launcher's pid) without
-    capabilities, so RLIMIT_NPROC binds (it never binds root) and a fork bomb stops at ``max_processes``
-    (processes + threads); file permissions refuse writes outside the working directory, except in
-    world-writable directories such as /tmp, and reading other processes' ``/proc/PID/environ``. When the
-    interpreter's standard library is not readable by other users (a Python under /root), that uid keeps
-    CAP_DAC_READ_SEARCH to import it: it may then *read* any file, still write none it does not own. Without
-    root, the code keeps the caller's uid and RLIMIT_NPROC is the caller's task count plus ``max_processes``.
-  * Network: a new network namespace (no interface up; 127.0.0.1 is unreachable). Unix sockets bound to paths
-    are not cut off by it; file permissions guard those.
-  * PR_SET_NO_NEW_PRIVS: no set-uid program gives privileges back.
-  * Environment: empty (only ``HOME`` and ``TMPDIR``, both the working directory), so no secret is inherited.
-    The working directory is a fresh temporary directory, deleted afterwards with everything in it.
+  * bubblewrap (``bwrap``), when a probe run succeeds (``SCALERL_SANDBOX``: auto | bwrap | fallback): a new
+    root holding only /usr, the interpreter's files and this launcher, read-only; the working directory is the
+    only writable place; empty private /tmp; fresh /proc and /dev; new PID, network, IPC and UTS namespaces.
+  * Fallback without it: new mount, PID and network namespaces (as root, or inside a user namespace); an empty
+    private tmpfs over /tmp, /var/tmp, /dev/shm and over directories other users may not enter on the way to
+    the interpreter (such as /root), the interpreter's files bound back read-only.
+  * In both, with the launcher's capabilities in its mount namespace: the program directories (/usr/bin...)
+    hidden, ``/dev/null`` over the ``_ctypes`` extension, and a ``noexec`` working directory: no shell, no
+    program the code writes, no ctypes. Then, as root, a fresh uid (``UID_BASE`` + the launcher's host pid)
+    so that file permissions hold and RLIMIT_NPROC binds; every capability dropped (the bounding set
+    emptied); PR_SET_NO_NEW_PRIVS; PR_SET_PDEATHSIG.
+  * The code's process is a fresh interpreter exec'd after the privileges were dropped: it never loaded ctypes
+    (the launcher did, to make these calls) and holds none of the launcher's state.
+  * Limits: CPU time (RLIMIT_CPU, whole seconds: SIGXCPU, then SIGKILL a second later), address space, file
+    size (stdout/stderr included), open files, processes + threads, no core dumps; a wall-clock timeout after
+    which the host SIGKILLs the process tree (bubblewrap dies with its parent, the PID namespace with it).
+  * Environment: empty (``HOME``/``TMPDIR`` are the working directory, a fresh temporary directory deleted
+    afterwards with everything in it).
 
-Contained only by an in-process audit hook (``sys.addaudithook``, PEP 578), which refuses: process creation
-(``os.fork``, ``subprocess``, ``os.system``, ``os.exec*``, ``posix_spawn``) and signals to processes; sockets;
-``ctypes``; opening for writing - or removing, renaming, linking, chmod-ing - anything outside the working
-directory; reading files outside the working directory and the standard library (so /proc and the host's files
-are off limits). **An audit hook is not a security boundary**: code in the same interpreter can get around it
-(a memory-corruption bug in an extension module; calls it never sees, such as ``os.mkfifo`` or ``os.open`` with
-``dir_fd``; a path swapped between the check and the use). It turns most hostile actions into a clean
-``PermissionError``; the OS layer is what holds when it fails. Writes into world-writable directories (/tmp,
-/dev/shm) are stopped by the hook alone, and inside the working directory only the size of each file is bounded,
-not their number.
+Last and weakest, an in-process audit hook (``sys.addaudithook``, PEP 578) refuses process creation and
+signals, sockets, ctypes, writes outside the working directory, and reads or listings outside it and the
+standard library. **It is not a security boundary**: Python code reaches its closure through ``gc`` and
+switches it off (tests/test_sandbox.py does). It turns most hostile actions into a clean ``PermissionError``;
+the layers above are what hold.
 
-Not contained: reading world-readable files once the hook is bypassed; kernel exploits; side channels; CPU
-contention (limits are per process, not a share of the machine); and on non-Linux systems everything but the
-rlimits, the timeout and the hook. For untrusted code at scale, run the trainer itself in a VM or a seccomp
-container (gVisor, Firecracker) and keep this sandbox as the inner layer.
+Not contained: kernel exploits; side channels; CPU contention (limits are per process); without root and
+without user namespaces, only the rlimits, the timeout and the hook; unprivileged bubblewrap leaves ctypes
+loadable (no capability to mask it); no seccomp filter. For untrusted code at scale, also run the trainer
+itself in a VM or a gVisor/Firecracker container.
 
-The verdict (``strict``, the default): ``passed`` means the program ran to its end with no uncaught exception
-(``SystemExit`` included, so ``sys.exit(0)`` in a solution cannot skip the tests after it) and the runner then
-printed a per-run random token the program was not given (so ``os._exit(0)`` does not pass either). A program
-written against this runner can still read the token from the runner's frame, and tests that run in the same
-interpreter as the solution can be fooled by it (an object whose ``__eq__`` is always true); stdin/stdout tests,
-compared as text in the host, cannot.
+The verdict of ``run_python`` (``strict``, the default): ``passed`` means the program ran to its end with no
+uncaught exception (``SystemExit`` included) and the runner then printed a per-run random token. The token is
+in the program's own process, so a program that grades itself can be fooled by itself; the code grader never
+relies on it for a solution: the tests run in another sandbox (see ``scalerl.tasks.code``).
 
 Layout: the first half of this file is the child's launcher program, run once per sandboxed run as
-``python -I -S sandbox.py CFG_FD STATUS_FD``; it imports only a few cheap standard modules, so start-up stays
-short. The host-side API (``run_python``, ``SandboxLimits``, ``SandboxResult``) follows its entry point.
+``python -I -S sandbox.py CFG_FD STATUS_FD`` (under bubblewrap when it is used); it imports only a few cheap
+standard modules, so start-up stays short, and hands the same child half to the worker. The host-side API
+(``run_python``, ``SandboxLimits``, ``SandboxResult``, ``describe_isolation``) follows its entry point.
 """
 
 from __future__ import annotations
@@ -388,6 +381,8 @@ def _run_worker(payload: dict[str, Any]) -> None:
         _flush()
         exit_now(1)
     _flush()
+    if not cfg["strict"]:
+        exit_now(0)
     try:
         write(1, f"\n{MARKER}{nonce}\n".encode())
     except OSError:  # the code closed its stdout
@@ -556,7 +551,7 @@ def run_python(
         (host_dir / "stdin").write_text(stdin or "", encoding="utf-8")
         read_roots = _read_roots(limits.site_packages)
         config = {
-            "work": str(work.resolve()), "nonce": secrets.token_hex(16), "audit_hook": audit_hook, "strict": strict,
+            "work": str(work.resolve()), "nonce": secrets.token_hex(16) if strict else "", "audit_hook": audit_hook, "strict": strict,
             "os_isolation": os_isolation, "read_roots": read_roots, "cpu": max(1, math.ceil(limits.cpu_seconds)),
             "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20, "fds": list(pass_fds),
             "nproc": limits.max_processes, "nofile": limits.max_open_files, "bwrap": BWRAP_LAYERS if bwrap else [],
