@@ -39,23 +39,20 @@ rm -f "$log"
 if [ "$status" -ne 0 ]; then echo "install.sh: pip install failed (exit $status)" >&2; exit "$status"; fi
 "$PY" -c "import scalerl, torch"
 
-if [ "$BROWSER" = 1 ] && ! command -v chromium >/dev/null 2>&1; then
+# apt_install PACKAGE COMMAND PURPOSE WITHOUT: install a Debian package when COMMAND is missing, if apt-get runs
+# as root; otherwise say what happens without it
+apt_install() {
+  command -v "$2" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "install.sh: installing Chromium for the report's browser test"
-    (apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1)) \
-      || echo "install.sh: could not install Chromium; the browser test will skip"
+    echo "install.sh: installing $1 $3"
+    (apt-get install -y -q "$1" >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$1" >/dev/null 2>&1)) \
+      || echo "install.sh: could not install $1; $4"
   else
-    echo "install.sh: Chromium not found; the report's browser test will skip"
+    echo "install.sh: $1 not found; $4"
   fi
+}
+if [ "$BROWSER" = 1 ]; then
+  apt_install chromium chromium "for the report's browser test" "the report's browser test will skip"
 fi
-
 # bubblewrap: the code sandbox's outer layer (docs/tasks.md "The sandbox"); without it the fallback layers hold
-if ! command -v bwrap >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "install.sh: installing bubblewrap for the code sandbox"
-    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1)) \
-      || echo "install.sh: could not install bubblewrap; code tasks use the fallback sandbox"
-  else
-    echo "install.sh: bubblewrap not found; code tasks use the fallback sandbox (as root: apt-get install bubblewrap)"
-  fi
-fi
+apt_install bubblewrap bwrap "for the code sandbox" "code tasks use the fallback sandbox"

@@ -35,7 +35,9 @@ def encode(value: Any, depth: int = 0) -> str:
             return f"[{items}]"
         if kind is tuple:
             return f"({items},)" if len(value) == 1 else f"({items})"
-        return (f"{{{items}}}" if value else "set()") if kind is set else f"frozenset({{{items}}})" if value else "frozenset()"
+        if kind is set:
+            return f"{{{items}}}" if value else "set()"
+        return f"frozenset({{{items}}})" if value else "frozenset()"
     if kind is dict:
         return "{" + ", ".join(f"{encode(k, depth + 1)}: {encode(v, depth + 1)}" for k, v in value.items()) + "}"
     raise TypeError(f"a {kind.__qualname__} is not plain data (None, bool, int, float, complex, str, bytes, and "
@@ -62,7 +64,7 @@ def _build(node: ast.AST, depth: int) -> Any:
             return left + right if isinstance(node.op, ast.Add) else left - right
     if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         items = [_build(item, depth + 1) for item in node.elts]
-        return list(items) if isinstance(node, ast.List) else tuple(items) if isinstance(node, ast.Tuple) else set(items)
+        return items if isinstance(node, ast.List) else tuple(items) if isinstance(node, ast.Tuple) else set(items)
     if isinstance(node, ast.Dict) and None not in node.keys:
         return {_build(k, depth + 1): _build(v, depth + 1) for k, v in zip(node.keys, node.values)}
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.keywords:

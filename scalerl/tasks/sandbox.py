@@ -66,7 +66,8 @@ CPU_EXIT = 128 + signal.SIGXCPU  # the worker's exit status when its CPU time ra
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 PR_SET_PDEATHSIG, PR_SET_KEEPCAPS, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 1, 8, 24, 38
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 18
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # world-writable places, replaced by empty private ones
 PROGRAM_DIRS = ("/usr/bin", "/usr/sbin", "/usr/local/bin", "/usr/local/sbin", "/usr/libexec", "/usr/games", "/bin",
@@ -119,16 +120,13 @@ def _private_mounts(libc: Any, cfg: dict[str, Any]) -> None:
     every directory that other users may not enter on the way to the interpreter's files (such as /root for a
     Python under /root), with the working directory and those files bound back, read-only. So the code needs
     no capability to import the standard library, and sees neither the host's /tmp nor /root."""
-    def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-        _mount(libc, source, target, fstype, flags, data)
-
     work, roots = cfg["work"], cfg["bind_roots"]
     hidden = sorted({_closed_ancestor(root) for root in roots} - {None})
     back = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in [work, *roots]}
-    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     for target in [*[d for d in PRIVATE_DIRS if os.path.isdir(d)], *hidden]:
         mode = "1777" if target in PRIVATE_DIRS else "0755"
-        mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size=1m")
+        _mount(libc, "tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={mode},size=1m")
     for path, fd in back.items():
         try:
             if os.path.samestat(os.stat(path), os.fstat(fd)):
@@ -137,9 +135,9 @@ def _private_mounts(libc: Any, cfg: dict[str, Any]) -> None:
         except OSError:
             pass
         os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         if path != work:
-            mount(None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+            _mount(libc, None, path, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
         os.close(fd)
 
 
@@ -551,7 +549,8 @@ def run_python(
         (host_dir / "stdin").write_text(stdin or "", encoding="utf-8")
         read_roots = _read_roots(limits.site_packages)
         config = {
-            "work": str(work.resolve()), "nonce": secrets.token_hex(16) if strict else "", "audit_hook": audit_hook, "strict": strict,
+            "work": str(work.resolve()), "audit_hook": audit_hook, "strict": strict,
+            "nonce": secrets.token_hex(16) if strict else "",  # only a strict run prints it at its end
             "os_isolation": os_isolation, "read_roots": read_roots, "cpu": max(1, math.ceil(limits.cpu_seconds)),
             "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20, "fds": list(pass_fds),
             "nproc": limits.max_processes, "nofile": limits.max_open_files, "bwrap": BWRAP_LAYERS if bwrap else [],
