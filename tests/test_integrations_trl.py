@@ -1,0 +1,120 @@
+"""The TRL forecast callback in a real (micro) GRPOTrainer run: examples/trl_forecast.py's short version.
+
+One run per module writes the files every test here reads: TRL's trainer_state.json and TensorBoard events, and
+the callback's fit.json and curve.png. ``scalerl fit`` on those files must agree with the callback's last fit."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("datasets")
+
+from scalerl.cli import main  # noqa: E402
+from scalerl.curves import load_series  # noqa: E402
+from scalerl.errors import UserError  # noqa: E402
+
+_PATH = Path(__file__).resolve().parent.parent / "examples" / "trl_forecast.py"
+_spec = importlib.util.spec_from_file_location("trl_forecast", _PATH)
+example = importlib.util.module_from_spec(_spec)
+sys.modules["trl_forecast"] = example
+_spec.loader.exec_module(example)
+
+MICRO = [
+    "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=96",
+    "batch.prompts=2", "batch.generations=2", "task.n_train=16", "task.n_val=4", "warmup.steps=0",
+    "algo.length.params.think_lo=6", "algo.length.params.think_hi=10", "algo.length.params.answer_budget=4",
+    "algo.length.params.max_new_tokens=36",
+]
+STEPS, EVERY = 12, 2  # 6 evaluations during training + the one at step 0: the Forecaster's 6 points and more
+
+
+@pytest.fixture(scope="module")
+def trl_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("trl") / "out"
+    callback = example.run(out, STEPS, EVERY, "flops", MICRO, threads=1, reward="brevity")
+    return out, callback
+
+
+def _cli(argv, capsys):
+    try:
+        main([str(a) for a in argv])
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    return code, *capsys.readouterr()
+
+
+def test_callback_logs_the_forecast_through_trl_and_writes_fit_and_curve(trl_run):
+    out, cb = trl_run
+    assert {"forecast/A", "forecast/B", "forecast/Cmid", "forecast/identified", "forecast/pred_at_budget"} <= set(cb.last)
+    assert (out / "curve.png").stat().st_size > 0
+    fit = json.loads((out / "fit.json").read_text())["fits"][0]
+    assert fit["A"] == pytest.approx(cb.last["forecast/A"]) and fit["x"] == "compute/flops" and fit["y"] == "eval_reward"
+    # every evaluation is a point: the one before train() fixes R0 (compute 0), the 6 during training are fitted
+    assert len(cb.forecaster.x) == STEPS // EVERY + 1 and cb.forecaster.x[0] == 0.0
+    assert fit["n_points"] == STEPS // EVERY and fit["R0"] == cb.forecaster.y[0]
+    # the forecast reached TensorBoard through TRL's own TensorBoardCallback (HF prefixes training keys "train/")
+    a = load_series(out / "runs", x="step", y="forecast/A")
+    assert a.y[-1] == pytest.approx(cb.last["forecast/A"], rel=1e-6)
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert any("forecast/pred_at_budget" in e for e in state["log_history"])
+
+
+def test_flops_axis_is_six_p_per_token_seen(trl_run):
+    out, cb = trl_run
+    state = json.loads((out / "trainer_state.json").read_text())
+    tokens = {e["step"]: e["num_tokens"] for e in state["log_history"] if "num_tokens" in e and "eval_reward" not in e}
+    flops = {e["step"]: e["compute/flops"] for e in state["log_history"] if "compute/flops" in e}
+    assert flops[0] == 0.0
+    for step in range(EVERY, STEPS + 1, EVERY):
+        assert flops[step] == 6.0 * cb.meter.n_params * tokens[step]
+
+
+def test_scalerl_fit_on_trainer_state_agrees_with_the_callback(trl_run, capsys):
+    out, cb = trl_run
+    code, stdout, err = _cli(["fit", out / "trainer_state.json", "--x", "compute/flops", "--y", "eval_reward",
+                              "--json"], capsys)
+    assert code == 0, err
+    fit = json.loads(stdout)["fits"][0]
+    assert fit["A"] == pytest.approx(cb.last["forecast/A"], rel=1e-9)
+    assert fit["B"] == pytest.approx(cb.last["forecast/B"], rel=1e-9)
+    assert fit["identified"] == bool(cb.last["forecast/identified"])
+
+
+def test_scalerl_fit_on_the_tensorboard_events_agrees_to_float32(trl_run, capsys):
+    out, cb = trl_run
+    # the same --x/--y as for trainer_state.json: eval_reward is the tag eval/reward, compute/flops train/compute/flops
+    code, stdout, err = _cli(["fit", out, "--x", "compute/flops", "--y", "eval_reward", "--json"], capsys)
+    assert code == 0, err  # the output dir: its trainer_state.json
+    code, stdout, err = _cli(["fit", out / "runs", "--x", "compute/flops", "--y", "eval_reward", "--json"], capsys)
+    assert code == 0, err
+    fit = json.loads(stdout)["fits"][0]
+    assert fit["n_points"] == STEPS // EVERY
+    assert fit["A"] == pytest.approx(cb.last["forecast/A"], rel=1e-3)
+
+
+def test_trainer_state_reader_joins_an_evaluation_with_its_step(trl_run):
+    out, _ = trl_run
+    s = load_series(out / "trainer_state.json", x="compute/flops", y="eval_reward")
+    assert s.x[0] == 0.0 and np.all(np.diff(s.x) > 0) and s.x.size == STEPS // EVERY + 1
+    steps = load_series(out / "trainer_state.json", x="step", y="eval_reward")
+    assert steps.x.tolist() == [0.0, *range(EVERY, STEPS + 1, EVERY)]
+    assert steps.y.tolist() == s.y.tolist()
+    with pytest.raises(UserError, match="no column 'eval_accuracy'"):
+        load_series(out / "trainer_state.json", x="step", y="eval_accuracy")
+
+
+def test_callback_needs_attach_and_a_known_axis():
+    from scalerl.integrations.trl import ForecastCallback
+
+    with pytest.raises(UserError, match="axis 'gpu' is not one of flops, device_hours, steps"):
+        ForecastCallback("eval_reward", axis="gpu")
+    with pytest.raises(UserError, match=r"attach\(trainer\)"):
+        ForecastCallback("eval_reward").on_train_begin(None, None, None)
