@@ -118,3 +118,43 @@ def test_callback_needs_attach_and_a_known_axis():
         ForecastCallback("eval_reward", axis="gpu")
     with pytest.raises(UserError, match=r"attach\(trainer\)"):
         ForecastCallback("eval_reward").on_train_begin(None, None, None)
+
+
+@pytest.fixture
+def one_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # a micro model: more threads only add synchronisation
+    yield
+    torch.set_num_threads(n)
+
+
+def test_callback_in_a_plain_trainer_on_steps_and_device_hours(tmp_path, one_thread):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+    from scalerl.integrations.trl import ForecastCallback
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16))
+    seq = torch.arange(12) % 4 + 1  # a repeating pattern: the loss falls within a few steps
+    data = [{"input_ids": seq, "labels": seq} for _ in range(64)]
+    args = TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[], max_steps=12, learning_rate=3e-2,
+                             per_device_train_batch_size=8, eval_strategy="steps", eval_steps=2, logging_steps=4,
+                             save_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=data[:8])
+    hours = ForecastCallback("eval_loss", axis="device_hours", bounded=False, min_points=4).attach(trainer)
+    steps = ForecastCallback("eval_loss", axis="steps", bounded=False, min_points=4).attach(trainer)
+    trainer.train()
+    assert steps.forecaster.x == [2.0, 4.0, 6.0, 8.0, 10.0, 12.0]
+    assert all(b > a > 0 for a, b in zip(hours.forecaster.x, hours.forecaster.x[1:]))
+    logged = [e for e in trainer.state.log_history if "compute/device_hours" in e]
+    assert [e["step"] for e in logged] == list(range(2, 13, 2))
+    assert steps.last["forecast/pred_at_budget"] == pytest.approx(steps.forecaster._fit(ci=False).predict(12.0))
+    trainer.save_state()
+    fit = json.loads((tmp_path / "fit.json").read_text())["fits"][0]  # the last callback to finish wrote it
+    assert fit["x"] == "step" and fit["y"] == "eval_loss"
+    series = load_series(tmp_path / "trainer_state.json", x="step", y="eval_loss")
+    assert series.x.tolist() == steps.forecaster.x and series.y.tolist() == steps.forecaster.y
