@@ -76,14 +76,21 @@ def run(out: Path, steps: int, eval_every: int, axis: str, overrides: list[str],
         eval_strategy="steps", eval_steps=eval_every, save_strategy="no", disable_tqdm=True,
         dataloader_num_workers=0, **{ckpt: False},
     )
-    # the evaluation at step 0 comes before TensorBoardCallback.on_train_begin picks output_dir/runs/: name it here
+    # the evaluation at step 0 comes before TensorBoardCallback.on_train_begin picks output_dir/runs/: name it
+    # here (the callback reads the variable when the trainer builds it)
+    saved = os.environ.get("TENSORBOARD_LOGGING_DIR")
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(out / "runs")
-    trainer = GRPOTrainer(
-        model=to_hf_llama(warmed_policy(cfg, task)), reward_funcs={"correct": correct, "brevity": brevity}[reward],
-        args=args,
-        train_dataset=dataset(task.train_problems()), eval_dataset=dataset(task.val_problems()),
-        processing_class=hf_char_tokenizer(CharTokenizer()),
-    )
+    try:
+        trainer = GRPOTrainer(
+            model=to_hf_llama(warmed_policy(cfg, task)), reward_funcs={"correct": correct, "brevity": brevity}[reward],
+            args=args, train_dataset=dataset(task.train_problems()), eval_dataset=dataset(task.val_problems()),
+            processing_class=hf_char_tokenizer(CharTokenizer()),
+        )
+    finally:
+        if saved is None:
+            del os.environ["TENSORBOARD_LOGGING_DIR"]
+        else:
+            os.environ["TENSORBOARD_LOGGING_DIR"] = saved
     callback = ForecastCallback(metric="eval_reward", axis=axis).attach(trainer)
     trainer.evaluate()  # the reward at zero training compute: R0 of Eq. 1
     trainer.train()

@@ -16,9 +16,10 @@ import pytest
 pytest.importorskip("trl")
 pytest.importorskip("datasets")
 
-from scalerl.cli import main  # noqa: E402
 from scalerl.curves import load_series  # noqa: E402
 from scalerl.errors import UserError  # noqa: E402
+from test_bench_trl import MICRO  # noqa: E402  (the micro TRL configuration of the benchmark's test)
+from test_cli_curves import run as _cli  # noqa: E402
 
 _PATH = Path(__file__).resolve().parent.parent / "examples" / "trl_forecast.py"
 _spec = importlib.util.spec_from_file_location("trl_forecast", _PATH)
@@ -26,12 +27,6 @@ example = importlib.util.module_from_spec(_spec)
 sys.modules["trl_forecast"] = example
 _spec.loader.exec_module(example)
 
-MICRO = [
-    "model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.max_seq_len=96",
-    "batch.prompts=2", "batch.generations=2", "task.n_train=16", "task.n_val=4", "warmup.steps=0",
-    "algo.length.params.think_lo=6", "algo.length.params.think_hi=10", "algo.length.params.answer_budget=4",
-    "algo.length.params.max_new_tokens=36",
-]
 STEPS, EVERY = 12, 2  # 6 evaluations during training + the one at step 0: the Forecaster's 6 points and more
 
 
@@ -40,15 +35,6 @@ def trl_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("trl") / "out"
     callback = example.run(out, STEPS, EVERY, "flops", MICRO, threads=1, reward="brevity")
     return out, callback
-
-
-def _cli(argv, capsys):
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    return code, *capsys.readouterr()
 
 
 def test_callback_logs_the_forecast_through_trl_and_writes_fit_and_curve(trl_run):

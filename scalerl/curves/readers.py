@@ -75,10 +75,6 @@ def _first_char(p: Path) -> str:
         return fh.read(256).lstrip()[:1]
 
 
-def _event_files(d: Path) -> list[Path]:
-    return sorted(f for f in d.iterdir() if f.is_file() and "tfevents" in f.name)
-
-
 Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # columns, (row, record), notes
 
 
@@ -106,7 +102,7 @@ def _trainer_state_records(p: Path, history: list[Any]) -> Records:
     for i, entry in enumerate(history):
         if not isinstance(entry, dict) or "step" not in entry:
             raise UserError(f"{p}: log_history entry {i + 1} is not an object with a step; is this a trainer_state.json?")
-        row, merged = by_step.setdefault(entry["step"], (i + 1, {}))
+        _, merged = by_step.setdefault(entry["step"], (i + 1, {}))
         merged.update(entry)
     if not by_step:
         raise UserError(f"{p}: log_history is empty; the trainer logged nothing yet")
