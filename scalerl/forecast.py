@@ -14,8 +14,11 @@ from scalerl.config import ForecastConfig
 
 
 class Forecaster:
-    def __init__(self, cfg: ForecastConfig) -> None:
+    def __init__(
+        self, cfg: ForecastConfig, x_name: str = "compute/device_hours", y_name: str = "val/pass_rate", bounded: bool = True
+    ) -> None:
         self.cfg = cfg
+        self.x_name, self.y_name, self.bounded = x_name, y_name, bounded  # other trainers' axes (integrations/)
         self.x: list[float] = []
         self.y: list[float] = []
 
@@ -37,8 +40,9 @@ class Forecaster:
                 fit_from=self.cfg.fit_from,
                 ci=ci,
                 source=source,
-                x_name="compute/device_hours",
-                y_name="val/pass_rate",
+                x_name=self.x_name,
+                y_name=self.y_name,
+                bounded=self.bounded,
             )
         except curves.FitError:
             return None
@@ -62,11 +66,11 @@ class Forecaster:
             "forecast/identified": float(fit.identified),
         }
 
-    def write_final(self, run_dir: Path, title: str) -> dict[str, Any]:
+    def write_final(self, run_dir: Path, title: str, source: str = "metrics.jsonl") -> dict[str, Any]:
         from scalerl import curves
         from scalerl.atomic import write_json
 
-        fit = self._fit(ci=True, source=str(Path(run_dir) / "metrics.jsonl"))
+        fit = self._fit(ci=True, source=str(Path(run_dir) / source))
         if fit is None:
             return {"fit": None, "points": len(self.x)}
         write_json(Path(run_dir) / "fit.json", {"fits": [fit.to_json()]})

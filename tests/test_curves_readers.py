@@ -106,3 +106,63 @@ def test_tensorboard_events_joined_on_step(tmp_path):
         load_series(tmp_path, y="loss")
     f = next(tb.glob("events.out.tfevents*"))
     assert np.array_equal(load_series(f).y, s.y) and np.array_equal(load_series(tb).y, s.y)
+
+
+def test_verl_file_logger_lines(tmp_path):
+    # verl/utils/tracking.py FileLogger.log (verl-project/verl, checked at 047621b): one line per Tracking.log call,
+    # orjson.dumps({"step": step, "data": data}) + b"\n" -- orjson's output is json.dumps with compact separators.
+    # Validation metrics arrive in their own log call at the step they were computed (RayPPOTrainer.fit).
+    path = tmp_path / "GSM8K" / "qwen-grpo.jsonl"  # $VERL_FILE_LOGGER_ROOT/<project>/<experiment>.jsonl
+    path.parent.mkdir()
+    lines = []
+    for step in range(0, 60, 10):
+        if step:
+            train = {"training/global_step": step, "perf/total_num_tokens": 4096 * step, "critic/score/mean": 0.01 * step}
+            lines.append({"step": step, "data": train})
+        lines.append({"step": step, "data": {"val-core/openai/gsm8k/reward/mean@1": 0.1 + step / 200}})
+    path.write_bytes(b"".join(json.dumps(rec, separators=(",", ":")).encode() + b"\n" for rec in lines))
+    s = load_series(path, x="step", y="val-core/openai/gsm8k/reward/mean@1")
+    assert s.x.tolist() == [0, 10, 20, 30, 40, 50] and s.y.tolist() == pytest.approx([0.1, 0.15, 0.2, 0.25, 0.3, 0.35])
+    t = load_series(path, x="perf/total_num_tokens", y="critic/score/mean")
+    assert t.x.tolist() == [40960, 81920, 122880, 163840, 204800]
+    with pytest.raises(UserError, match="no column 'compute/device_hours'.*training/global_step"):
+        load_series(path)
+
+
+def test_openrlhf_tensorboard_logger_events(tmp_path):
+    # OpenRLHF writes files only through TensorBoard: openrlhf/trainer/ppo_utils/loggers.py TensorboardLogger
+    # (OpenRLHF/OpenRLHF, checked at 82c060e): SummaryWriter(log_dir=<use_tensorboard>/<wandb_run_name>),
+    # add_scalar(f"train/{k}", v, global_step) for each logged value, add_text for generated samples.
+    from torch.utils.tensorboard import SummaryWriter
+
+    root = tmp_path / "tb_logs"
+    writer = SummaryWriter(log_dir=str(root / "qwen-ppo"))
+    for global_step in range(1, 7):
+        logs = {"reward": 0.1 * global_step, "policy_loss": 1.0 / global_step, "response_length": 100 + global_step}
+        for k, v in logs.items():
+            writer.add_scalar(f"train/{k}", v, global_step)
+        writer.add_text("train/generated_samples", f"Sample:\\n2+2=4\\n\\nReward: {0.1 * global_step:.4f}", global_step)
+    writer.close()
+    s = load_series(root, x="step", y="train/reward")  # the folder above the run's folder
+    assert s.x.tolist() == [1, 2, 3, 4, 5, 6] and s.y.tolist() == pytest.approx([0.1 * i for i in range(1, 7)])
+    assert load_series(root, x="step", y="reward").y.tolist() == s.y.tolist()  # HF/OpenRLHF's train/ prefix
+
+
+def test_foreign_and_broken_trainer_state_files_are_one_line_errors(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 64}, indent=2))
+    with pytest.raises(UserError, match="config.json: a JSON document without a log_history list"):
+        load_series(config)
+    empty = tmp_path / "trainer_state.json"
+    empty.write_text(json.dumps({"global_step": 0, "log_history": []}, indent=2))
+    with pytest.raises(UserError, match="log_history is empty"):
+        load_series(empty)
+    empty.write_text(json.dumps({"log_history": [{"loss": 1.0}]}, indent=2))
+    with pytest.raises(UserError, match="log_history entry 1 is not an object with a step"):
+        load_series(empty)
+    two = tmp_path / "two"
+    for run in ("a", "b"):
+        (two / run).mkdir(parents=True)
+        (two / run / "events.out.tfevents.1.host").write_bytes(b"")
+    with pytest.raises(UserError, match="TensorBoard events in several folders"):
+        load_series(two)

@@ -2,10 +2,18 @@
 
 Supported: scalerl's own ``metrics.jsonl`` (flat keys, one object per line; lines without the requested keys,
 such as non-evaluation steps, are skipped; a truncated last line is skipped), a run directory (its
-``metrics.jsonl``, else the TensorBoard events in it or in a subdirectory such as ``tb/``), a CSV file with a header (including W&B history exports and
-W&B chart exports, whose columns are named ``"<run> - <metric>"``), and TensorBoard event files or directories
-(read with TensorBoard's own ``EventAccumulator``; ``--x`` may then be another scalar tag, joined on the step,
-or ``step`` / ``wall_time``).
+``metrics.jsonl``, else a ``trainer_state.json``, else the TensorBoard events in it or below it, such as ``tb/``
+or an HF ``runs/<date>/``), a CSV file with a header (including W&B history exports and W&B chart exports, whose
+columns are named ``"<run> - <metric>"``), TensorBoard event files or directories (read with TensorBoard's own
+``EventAccumulator``; ``--x`` may then be another scalar tag, joined on the step, or ``step`` / ``wall_time``),
+and the files other trainers write:
+
+* an HF ``Trainer`` / TRL ``trainer_state.json``: its ``log_history`` entries, joined on their ``step`` (an
+  evaluation's ``eval_*`` entry and a training log of the same step become one row);
+* verl's file logger (``trainer.logger=['file']``, ``verl/utils/tracking.py`` ``FileLogger``): JSON lines
+  ``{"step": N, "data": {metric: value}}``, read as rows ``{"step": N, **data}``;
+* OpenRLHF writes its metrics only to W&B and TensorBoard (``openrlhf/trainer/ppo_utils/loggers.py``): its event
+  files (tags ``train/<k>``, ``eval/<k>``) are read like any TensorBoard events.
 
 Rows whose values are missing are skipped silently (the metric was not logged there); rows whose values are
 present but not finite numbers are dropped and named in a note. Every problem with the path or the columns is a
@@ -36,19 +44,30 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
     if not p.exists():
         raise UserError(f"{p}: no such file or directory")
     if p.is_dir():
-        if (p / "metrics.jsonl").is_file():
-            return _from_records(p / "metrics.jsonl", _jsonl_records(p / "metrics.jsonl"), x, y)
-        for d in [p, *sorted(c for c in p.iterdir() if c.is_dir())]:  # scalerl runs keep their events in tb/
-            if _event_files(d):
-                return _from_tensorboard(d, x, y)
-        raise UserError(f"{p}: a directory without metrics.jsonl or TensorBoard event files; give a run directory")
+        for name in ("metrics.jsonl", "trainer_state.json"):
+            if (p / name).is_file():
+                return load_series(p / name, x, y)
+        return _from_tensorboard(_event_dir(p), x, y)
     if p.stat().st_size == 0:
         raise UserError(f"{p}: the file is empty")
     if "tfevents" in p.name:
         return _from_tensorboard(p, x, y)
     if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) == "{":
-        return _from_records(p, _jsonl_records(p), x, y)
+        return _from_records(p, _json_records(p), x, y)
     return _from_records(p, _csv_records(p), x, y)
+
+
+def _event_dir(p: Path) -> Path:
+    """The one folder in or below the directory ``p`` that holds TensorBoard event files."""
+    dirs = sorted({f.parent for f in p.rglob("*tfevents*") if f.is_file()}, key=lambda d: (len(d.parts), str(d)))
+    if not dirs:
+        raise UserError(
+            f"{p}: a directory without metrics.jsonl, trainer_state.json or TensorBoard event files; give a run directory"
+        )
+    if len(dirs) > 1 and len(dirs[1].parts) == len(dirs[0].parts):
+        shown = ", ".join(str(d) for d in dirs[:4])
+        raise UserError(f"{p}: TensorBoard events in several folders ({shown}); give the one you mean")
+    return dirs[0]
 
 
 def _first_char(p: Path) -> str:
@@ -56,15 +75,43 @@ def _first_char(p: Path) -> str:
         return fh.read(256).lstrip()[:1]
 
 
-def _event_files(d: Path) -> list[Path]:
-    return sorted(f for f in d.iterdir() if f.is_file() and "tfevents" in f.name)
-
-
 Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # columns, (row, record), notes
 
 
-def _jsonl_records(p: Path) -> Records:
-    lines = p.read_text(encoding="utf-8", errors="replace").splitlines()
+def _json_records(p: Path) -> Records:
+    """A JSON document (an HF/TRL ``trainer_state.json``) or JSON lines (metrics.jsonl, verl's file logger)."""
+    text = p.read_text(encoding="utf-8", errors="replace")
+    if "\n" in text.strip():  # several lines: JSON lines, or one pretty-printed document
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            return _jsonl_records(p, text)
+        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+            return _trainer_state_records(p, doc["log_history"])
+        raise UserError(
+            f"{p}: a JSON document without a log_history list; give an HF/TRL trainer_state.json, a metrics.jsonl, "
+            "verl's file-logger .jsonl, a CSV or TensorBoard events"
+        )
+    return _jsonl_records(p, text)
+
+
+def _trainer_state_records(p: Path, history: list[Any]) -> Records:
+    """HF ``TrainerState.log_history``: one dict per ``Trainer.log`` call, each with the ``step`` it was logged at.
+    Entries of the same step are merged (later keys win), so an evaluation joins the training log of its step."""
+    by_step: dict[Any, tuple[int, dict[str, Any]]] = {}
+    for i, entry in enumerate(history):
+        if not isinstance(entry, dict) or "step" not in entry:
+            raise UserError(f"{p}: log_history entry {i + 1} is not an object with a step; is this a trainer_state.json?")
+        _, merged = by_step.setdefault(entry["step"], (i + 1, {}))
+        merged.update(entry)
+    if not by_step:
+        raise UserError(f"{p}: log_history is empty; the trainer logged nothing yet")
+    rows = list(by_step.values())
+    return list(dict.fromkeys(k for _, rec in rows for k in rec)), rows, []
+
+
+def _jsonl_records(p: Path, text: str) -> Records:
+    lines = text.splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     columns: dict[str, None] = {}
     out, notes = [], []
@@ -80,6 +127,8 @@ def _jsonl_records(p: Path) -> Records:
             raise UserError(f"{p}: line {i + 1} is not valid JSON; a metrics.jsonl has one JSON object per line")
         if not isinstance(rec, dict):
             raise UserError(f"{p}: line {i + 1} is not a JSON object; a metrics.jsonl has one object per line")
+        if set(rec) == {"step", "data"} and isinstance(rec["data"], dict):  # verl FileLogger
+            rec = {"step": rec["step"], **rec["data"]}
         columns.update(dict.fromkeys(rec))
         out.append((i + 1, rec))
     if not out:
@@ -100,10 +149,14 @@ def _csv_records(p: Path) -> Records:
 
 
 def resolve_column(name: str, columns: Iterable[str], source: Path | str) -> str:
-    """``name`` itself, or the unique W&B chart-export column ``"<run> - name"``; else a UserError listing columns."""
+    """``name`` itself, the tag HF's TensorBoard callback gives a logged key (``train/<key>``, ``eval_x`` →
+    ``eval/x``, so one ``--x``/``--y`` serves a trainer_state.json and its events), or the unique W&B chart-export
+    column ``"<run> - name"``; else a UserError listing the columns."""
     columns = list(columns)
-    if name in columns:
-        return name
+    hf_tags = [f"train/{name}", "eval/" + name[5:] if name.startswith("eval_") else None]
+    for candidate in (name, *hf_tags):
+        if candidate in columns:
+            return candidate
     wandb = [c for c in columns if c.endswith(f" - {name}")]
     if len(wandb) == 1:
         return wandb[0]

@@ -1,0 +1,83 @@
+"""The predictive framework (§1–§2) for notebooks: fit, forecast, compare and plot, from arrays or from the files
+a run left behind. These are the objects ``scalerl fit`` and ``scalerl compare`` use (:mod:`scalerl.curves`); this
+module only lets one call take either kind of input. docs/api.md walks through a whole session.
+
+    >>> from scalerl import api
+    >>> f = api.fit(x=compute, y=reward)                                    # arrays, training order
+    >>> g = api.fit("out/trainer_state.json", x="compute/flops", y="eval_reward")   # any file a reader takes
+    >>> f.A, f.A_ci, f.B, f.Cmid, f.identified
+    >>> api.forecast(f, [2 * compute[-1]]), f.compute_to_reach(0.6)
+    >>> api.compare([f, g]).ranked[0].fit.source
+    >>> api.plot([f, g], "curves.png")
+
+numpy + scipy (+ matplotlib when plotting); never torch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from scalerl.curves import (
+    DEFAULT_X,
+    DEFAULT_Y,
+    Comparison,
+    FitError,
+    FitResult,
+    Series,
+    compare_fits,
+    fit_curve,
+    fit_series,
+    load_series,
+    plot_fits,
+)
+from scalerl.curves.sigmoid import Array
+
+__all__ = ["Comparison", "FitError", "FitResult", "Series", "compare", "fit", "forecast", "load", "plot"]
+
+Source = str | Path | Series | FitResult
+
+
+def load(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Series:
+    """The (compute, reward) points of ``path``: a run directory, metrics.jsonl, CSV (W&B exports too), TensorBoard
+    events, an HF/TRL ``trainer_state.json`` or verl's file-logger ``.jsonl``; ``x``/``y`` name the columns."""
+    return load_series(path, x, y)
+
+
+def fit(source: Source | None = None, *, x: Any = None, y: Any = None, **options: Any) -> FitResult:
+    """Fit Eq. 1 and return the :class:`FitResult` the CLI prints.
+
+    ``fit(x=compute, y=reward)`` fits arrays; ``fit(path, x="col", y="col")`` reads ``path`` first (column names
+    default to ``compute/device_hours`` and ``val/pass_rate``); ``fit(series)`` fits a loaded :class:`Series`.
+    ``options`` are :func:`scalerl.curves.fit_curve`'s: ``fit_from``, ``fit_until``, ``fit_until_fraction``,
+    ``method`` ("vp" or "paper"), ``bounded`` (False for rewards outside [0, 1]), ``level``, ``predict_at``,
+    ``target``. Raises :class:`FitError` (one line) when the data cannot be fitted."""
+    if source is None:
+        if x is None or y is None:
+            raise TypeError("fit() needs a source (path or Series) or both x= and y= arrays")
+        return fit_curve(x, y, **options)
+    if isinstance(source, FitResult):
+        return source
+    series = source if isinstance(source, Series) else load(source, DEFAULT_X if x is None else x,
+                                                            DEFAULT_Y if y is None else y)
+    return fit_series(series, **options)
+
+
+def forecast(fit_result: FitResult, at: float | Sequence[float]) -> Array:
+    """The fitted curve's reward at the computes ``at`` (extrapolation beyond the data is the point, §2)."""
+    return np.asarray(fit_result.predict(np.asarray(at, dtype=float)))
+
+
+def compare(sources: Sequence[Source], margin: float = 0.02, *, x: Any = None, y: Any = None,
+            **options: Any) -> Comparison:
+    """Rank runs by the paper's rule (§2): A first; A within ``margin`` is a tie, broken by B at the tie's mean A.
+    ``sources`` are fits or anything :func:`fit` reads (with the same ``x``/``y`` columns and ``options``)."""
+    return compare_fits([fit(s, x=x, y=y, **options) for s in sources], margin=margin)
+
+
+def plot(fits: Sequence[FitResult], path: str | Path, **options: Any) -> Path:
+    """Draw the fits (data, fitted curve, asymptote) into ``path`` (.png, .svg, .pdf); returns the path."""
+    plot_fits(list(fits), path, **options)
+    return Path(path)
