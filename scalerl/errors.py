@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -71,3 +72,16 @@ def check_writable_dir(path: str | os.PathLike[str], what: str = "--out") -> Non
     if p.exists() and not p.is_dir():
         raise UserError(f"{what} {p} is a file, not a directory; choose another path")
     _probe_dir(p, what, p)
+
+
+def check_number(flag: str, value: float | None, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """A UserError unless ``value`` (None: not given) is finite and within [low, high] (open ends where asked)."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise UserError(f"{flag} must be a finite number, got {value}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise UserError(f"{flag} must be {'>' if low_open else '≥'} {low:g}, got {value:g}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise UserError(f"{flag} must be {'<' if high_open else '≤'} {high:g}, got {value:g}")
