@@ -195,8 +195,14 @@ class Trainer:
             return self._skip_nonfinite("gradient", {"loss": loss.item(), "grad_norm": float("nan")})
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
         before = _snapshot(params, self.optimizer)
-        self.optimizer.step()
-        if not math.isfinite(float(torch.nn.utils.get_total_norm([p.detach() for p in params]))):
+        try:
+            self.optimizer.step()
+            finite = math.isfinite(float(torch.nn.utils.get_total_norm([p.detach() for p in params])))
+        except RuntimeError as exc:  # torch refuses a step size beyond float range, maybe after updating some params
+            if "overflow" not in str(exc):
+                raise
+            finite = False
+        if not finite:
             _restore(params, self.optimizer, before)
             self.optimizer.zero_grad(set_to_none=True)
             return self._skip_nonfinite("weights after the update", {"loss": loss.item(), "grad_norm": float(grad_norm)})
