@@ -169,31 +169,13 @@ def test_kill9_then_resume_matches_uninterrupted_run(tmp_path, backend):
 
 def test_nan_loss_skips_the_step(tmp_path):
     from scalerl.build import build_model
-    from scalerl.pipeline.batch import RolloutBatch
     from scalerl.pipeline.schedules import SCHEDULES
     from scalerl.trainer import Trainer
 
     cfg = micro("algo.zero_variance_filter=false")
     bundle = build_model(cfg.model, 0)
     trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
-    n, t = 4, 6
-    mask = torch.zeros(n, t)
-    mask[:, 3:] = 1
-    batch = RolloutBatch(
-        index=0,
-        problem_ids=["a", "b"],
-        group=torch.tensor([0, 0, 1, 1]),
-        input_ids=torch.randint(3, 20, (n, t)),
-        attention_mask=torch.ones(n, t, dtype=torch.bool),
-        loss_mask=mask,
-        gen_logprobs=torch.full((n, t), float("nan")),
-        versions=torch.zeros(n, t, dtype=torch.long),
-        rewards=torch.tensor([1.0, -1.0, 1.0, -1.0]),
-        correct=torch.tensor([True, False, True, False]),
-        truncated=torch.zeros(n, dtype=torch.bool),
-        interrupted=torch.zeros(n, dtype=torch.bool),
-        completion_lengths=torch.full((n,), 3),
-    )
+    batch = _learnable_batch(gen_logprob=float("nan"))
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     stats = trainer.step(batch)
     assert stats["train/nan_skipped"] == 1.0
@@ -201,7 +183,8 @@ def test_nan_loss_skips_the_step(tmp_path):
         assert torch.equal(v, before[k]), k
 
 
-def _learnable_batch(cfg) -> "RolloutBatch":
+def _learnable_batch(gen_logprob: float = -3.0) -> "RolloutBatch":
+    """Two groups of two with mixed rewards: every sample has a non-zero advantage."""
     from scalerl.pipeline.batch import RolloutBatch
 
     n, t = 4, 6
@@ -214,7 +197,7 @@ def _learnable_batch(cfg) -> "RolloutBatch":
         input_ids=torch.randint(3, 20, (n, t), generator=torch.Generator().manual_seed(0)),
         attention_mask=torch.ones(n, t, dtype=torch.bool),
         loss_mask=mask,
-        gen_logprobs=torch.full((n, t), -3.0),
+        gen_logprobs=torch.full((n, t), gen_logprob),
         versions=torch.zeros(n, t, dtype=torch.long),
         rewards=torch.tensor([1.0, -1.0, 1.0, -1.0]),
         correct=torch.tensor([True, False, True, False]),
@@ -237,13 +220,13 @@ def test_update_to_nonfinite_weights_is_undone_and_repeats_stop_the_run():
     trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     for _ in range(MAX_NONFINITE - 1):
-        stats = trainer.step(_learnable_batch(cfg))
+        stats = trainer.step(_learnable_batch())
         assert stats["train/nan_skipped"] == 1.0 and math.isfinite(stats["loss"])
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
     assert all(not s for s in trainer.optimizer.state.values())  # no moment estimates kept from the undone steps
     with pytest.raises(UserError, match="training diverged"):
-        trainer.step(_learnable_batch(cfg))
+        trainer.step(_learnable_batch())
 
 
 def test_update_leaving_an_inf_weight_is_undone(monkeypatch):
@@ -255,7 +238,7 @@ def test_update_leaving_an_inf_weight_is_undone(monkeypatch):
     cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
     trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
-    trainer.step(_learnable_batch(cfg))  # one good step: the optimizer has state to restore
+    trainer.step(_learnable_batch())  # one good step: the optimizer has state to restore
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.optimizer.state.items()}
     step = trainer.optimizer.step
@@ -266,7 +249,7 @@ def test_update_leaving_an_inf_weight_is_undone(monkeypatch):
             next(bundle.model.parameters()).view(-1)[0] = float("inf")
 
     monkeypatch.setattr(trainer.optimizer, "step", overflowing_step)
-    stats = trainer.step(_learnable_batch(cfg))
+    stats = trainer.step(_learnable_batch())
     assert stats["train/nan_skipped"] == 1.0 and trainer.nonfinite_streak == 1
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
@@ -284,7 +267,7 @@ def test_a_sane_step_after_a_skipped_one_resets_the_count():
     bundle = build_model(cfg.model, 0)
     trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
     trainer.nonfinite_streak = 3
-    stats = trainer.step(_learnable_batch(cfg))
+    stats = trainer.step(_learnable_batch())
     assert stats["train/nan_skipped"] == 0.0 and trainer.nonfinite_streak == 0
     assert all(torch.isfinite(p).all() for p in bundle.model.parameters())
 

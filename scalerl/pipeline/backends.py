@@ -176,16 +176,21 @@ class ProcessBackend(ReadyBatches):
         starts then, in a new run as in a resumed one, so a resumed run does not train ahead on saved batches
         while its generator is still starting (it would then start later batches on newer weights)."""
         while True:
-            try:
-                payload = self.results.get(timeout=1.0)
-            except queue.Empty:
-                if not self.proc.is_alive():
-                    raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
-                continue
-            if "error" in payload:
-                raise RuntimeError("generator process failed:\n" + payload["error"])
-            if "started" in payload:
+            payload = self._receive(timeout=1.0)
+            if payload is not None and "started" in payload:
                 return
+
+    def _receive(self, timeout: float) -> dict | None:
+        """The generator's next message (None after ``timeout`` seconds); its failure or death is an error."""
+        try:
+            payload = self.results.get(timeout=timeout)
+        except queue.Empty:
+            if not self.proc.is_alive():
+                raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
+            return None
+        if "error" in payload:
+            raise RuntimeError("generator process failed:\n" + payload["error"])
+        return payload
 
     def submit(self, requests: list[Request]) -> None:
         """Requests issued together; the schedule's groups among them are generated as one batch each."""
@@ -196,15 +201,7 @@ class ProcessBackend(ReadyBatches):
 
     def _collect(self, timeout: float) -> None:
         """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
-        while True:
-            try:
-                payload = self.results.get(timeout=timeout)
-            except queue.Empty:
-                if not self.proc.is_alive():
-                    raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
-                return
-            if "error" in payload:
-                raise RuntimeError("generator process failed:\n" + payload["error"])
+        while (payload := self._receive(timeout)) is not None:
             self.put_ready(RolloutBatch.from_payload(payload))
             timeout = 0.0
 
