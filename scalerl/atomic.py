@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,6 +19,21 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# the names atomic_path gives its temporaries: ".<target>.<mkstemp's 8 characters>.tmp<suffix>"
+_TEMPORARY = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp(\.[^.]*)?$")
+
+
+def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporaries a killed writer left in ``directory`` (never a finished file); returns them.
+
+    Call it only where no other process is writing, e.g. when a run starts in its own directory."""
+    d = Path(directory)
+    stale = [p for p in d.iterdir() if p.is_file() and _TEMPORARY.match(p.name)] if d.is_dir() else []
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return stale
 
 
 @contextmanager

@@ -9,7 +9,8 @@ from __future__ import annotations
 import importlib
 import sys
 
-import click
+from typing import NoReturn
+
 import typer
 
 from scalerl.errors import UserError
@@ -40,26 +41,59 @@ def _register_all() -> None:
 _register_all()
 
 
+def _kind(exc: BaseException) -> str | None:
+    """Which command-line outcome ``exc`` is, by class name along its MRO.
+
+    typer bundles its own copy of click (``typer._click``) whose classes are not click's, and either may raise
+    depending on the installed versions; matching names instead of classes catches both."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    for kind in ("NoArgsIsHelpError", "UsageError", "ClickException", "Abort", "Exit"):
+        if kind in names:
+            return kind
+    return None
+
+
+def _usage_line(exc: BaseException) -> str:
+    ctx = getattr(exc, "ctx", None)
+    command = " ".join(["scalerl", *([] if ctx is None or ctx.parent is None else [ctx.info_name])])
+    message = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+    return f"error: {message.rstrip('.')} (see '{command} --help')"
+
+
+def fail(message: str, code: int = UserError.exit_code) -> NoReturn:
+    """The one place a user mistake ends the program: one line on stderr, then ``code`` (2 by default)."""
+    print(" ".join(str(message).split()), file=sys.stderr)
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app and turns user mistakes into one line on stderr and exit code 2."""
     try:
-        app(args=argv, standalone_mode=False)
+        result = app(args=argv, standalone_mode=False, prog_name="scalerl")
     except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(UserError.exit_code)
-    except click.exceptions.NoArgsIsHelpError:
-        sys.exit(0)
-    except click.exceptions.UsageError as exc:
-        print(f"error: {' '.join(exc.format_message().split())} (see 'scalerl {exc.ctx.info_name if exc.ctx else ''} --help')".replace("scalerl scalerl", "scalerl"), file=sys.stderr)
-        sys.exit(2)
-    except click.exceptions.Abort:
-        print("error: aborted", file=sys.stderr)
-        sys.exit(130)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        fail(f"error: {exc}")
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        fail("error: interrupted", 130)
+    except UnicodeDecodeError as exc:  # a file read as text is not UTF-8; the reader should have named it
+        fail(f"error: a file is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it to UTF-8")
+    except Exception as exc:
+        kind = _kind(exc)
+        if kind == "NoArgsIsHelpError":  # bare `scalerl`: the help on stdout, the mistake on stderr
+            ctx = getattr(exc, "ctx", None)
+            if ctx is not None:
+                print(ctx.get_help())
+            fail("error: no command given (see 'scalerl --help')")
+        if kind == "UsageError":
+            fail(_usage_line(exc))
+        if kind == "ClickException":
+            fail(f"error: {exc.format_message()}", int(getattr(exc, "exit_code", 1) or 1))  # type: ignore[attr-defined]
+        if kind == "Abort":
+            fail("error: aborted", 130)
+        if kind == "Exit":
+            sys.exit(int(getattr(exc, "exit_code", 0) or 0))
+        raise
+    if isinstance(result, int) and result:  # standalone_mode=False returns a command's exit code
+        sys.exit(result)
 
 
 if __name__ == "__main__":

@@ -11,18 +11,19 @@ the registered implementation, whose own signature holds the defaults. The train
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from scalerl.errors import UserError
+from scalerl.errors import UserError, read_user_text
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and ±inf make no sense in any field (a rate, a budget, a reward): refused where they are read
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Named(Strict):
@@ -99,7 +100,7 @@ class OptimConfig(Strict):
     lr: float = Field(1e-4, gt=0)  # 3e-4 collapsed the built-in run (val 0.60 -> 0.27); see docs/RESULTS.md
     warmup_steps: int = Field(5, ge=0)
     weight_decay: float = Field(0.01, ge=0)
-    betas: tuple[float, float] = (0.9, 0.999)
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
     eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, gt=0)
     bf16_autocast: bool = False
@@ -155,7 +156,8 @@ class RunConfig(Strict):
     devices: int | None = Field(None, ge=1)  # for compute/device_hours; default: processes in use
     checkpoint_every: int = Field(10, ge=1)
     tensorboard: bool = True
-    threads: int | None = Field(None, ge=1)  # torch threads per process; default: cores / processes
+    # torch threads per process; default: cores / processes. Capped: torch crashes on absurd counts
+    threads: int | None = Field(None, ge=1, le=1024)
     model: ModelConfig = Field(default_factory=ModelConfig)
     warmup: WarmupConfig = Field(default_factory=WarmupConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
@@ -226,17 +228,16 @@ def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise UserError(f"config file not found: {path}")
+def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
+    text = read_user_text(path, what)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
-        raise UserError(f"config file {path} is not valid YAML{where}") from None
+        raise UserError(f"{what} {path} is not valid YAML{where}") from None
     if not isinstance(data, dict):
-        raise UserError(f"config file {path} must hold a mapping of fields, not {type(data).__name__}")
+        raise UserError(f"{what} {path} must hold a mapping of fields, not {type(data).__name__}")
     return data
 
 

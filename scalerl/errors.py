@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import os
+import tempfile
+from pathlib import Path
+
 
 class UserError(Exception):
     """A mistake in what the user asked for (bad path, bad column, bad config value, too few points).
@@ -14,3 +19,69 @@ class UserError(Exception):
 
     def __init__(self, message: str) -> None:
         super().__init__(" ".join(str(message).split()))  # always one line
+
+
+def read_user_text(path: str | os.PathLike[str], what: str = "file") -> str:
+    """The text of a file the user named (config, sweep spec, task data), or a UserError naming why it
+    cannot be read: missing, a directory, unreadable, or not UTF-8."""
+    p = Path(path)
+    try:
+        return p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{what} not found: {p}") from None
+    except IsADirectoryError:
+        raise UserError(f"{what} {p} is a directory; give a file") from None
+    except PermissionError:
+        raise UserError(f"{what} {p} cannot be read (permission denied)") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {p} is not UTF-8 text (byte {exc.start}); convert it to UTF-8") from None
+    except OSError as exc:
+        raise UserError(f"{what} {p} cannot be read ({exc.strerror})") from None
+
+
+def _probe_dir(directory: Path, what: str, target: Path) -> None:
+    """``directory`` exists or can be made under its nearest existing ancestor, and files can be created in it."""
+    existing = directory
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        raise UserError(f"{what} {target}: {existing} is a file, not a directory; choose another path")
+    try:  # a real probe: os.access says yes to root even on read-only places
+        fd, probe = tempfile.mkstemp(prefix=".scalerl-probe-", dir=existing)
+    except OSError as exc:
+        raise UserError(f"{what} {target}: cannot write in {existing} ({exc.strerror}); choose another path") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def check_writable_file(path: str | os.PathLike[str], what: str = "output") -> None:
+    """Before any work starts: ``path`` can be written as a file (not a directory, in a writable place)."""
+    p = Path(path)
+    if p.is_dir():
+        raise UserError(f"{what} {p} is a directory; give a file name")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise UserError(f"{what} {p} is not writable; choose another path")
+    _probe_dir(p.parent if str(p.parent) else Path("."), what, p)
+
+
+def check_writable_dir(path: str | os.PathLike[str], what: str = "--out") -> None:
+    """Before any work starts: ``path`` is (or can be made) a directory where files can be created."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise UserError(f"{what} {p} is a file, not a directory; choose another path")
+    _probe_dir(p, what, p)
+
+
+def check_number(flag: str, value: float | None, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> None:
+    """A UserError unless ``value`` (None: not given) is finite and within [low, high] (open ends where asked)."""
+    if value is None:
+        return
+    if not math.isfinite(value):
+        raise UserError(f"{flag} must be a finite number, got {value}")
+    if low is not None and (value <= low if low_open else value < low):
+        raise UserError(f"{flag} must be {'>' if low_open else '≥'} {low:g}, got {value:g}")
+    if high is not None and (value >= high if high_open else value > high):
+        raise UserError(f"{flag} must be {'<' if high_open else '≤'} {high:g}, got {value:g}")

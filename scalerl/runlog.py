@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from scalerl.atomic import append_jsonl, atomic_path, write_text
+from scalerl.errors import UserError
 
 METRICS = "metrics.jsonl"
 CONSUMED = "consumed.jsonl"  # the problem ids of every trained batch, one line per step
@@ -105,10 +107,34 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
     return path
 
 
+def _try_load(path: Path) -> dict[str, Any] | None:
+    """A checkpoint's payload, or None when the file is missing, empty, truncated or not a checkpoint."""
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception:  # noqa: BLE001 - torch raises many kinds (EOFError, RuntimeError, UnpicklingError) on a bad file
+        return None
+    return payload if isinstance(payload, dict) and "step" in payload else None
+
+
 def load_latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
+    """The checkpoint ``latest`` names; when it is missing or unreadable (a crash, a disk filling up), the newest
+    readable ``step_*.pt``, with a warning. None when the run never wrote a checkpoint; a UserError when it wrote
+    some and none can be read."""
     ckpt_dir = Path(run_dir) / CKPT_DIR
     pointer = ckpt_dir / "latest"
-    if not pointer.exists():
+    named = pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else ""
+    files = sorted(ckpt_dir.glob("step_*.pt"), reverse=True)
+    if not named and not files:
         return None
-    path = ckpt_dir / pointer.read_text().strip()
-    return torch.load(path, map_location="cpu", weights_only=False)
+    candidates = ([ckpt_dir / named] if named else []) + [f for f in files if f.name != named]
+    for path in candidates:
+        payload = _try_load(path)
+        if payload is not None:
+            if path.name != named:
+                print(f"warning: checkpoint {named or '(latest pointer)'} missing or unreadable; resuming from "
+                      f"{path.name}", file=sys.stderr)
+            return payload
+    raise UserError(
+        f"--resume: no readable checkpoint in {ckpt_dir} (tried {', '.join(p.name for p in candidates)}); "
+        "the files are truncated or empty: delete the run directory and start again"
+    )

@@ -19,6 +19,7 @@ are computed on the whole batch, which every rank holds, so the step is the sing
 from __future__ import annotations
 
 import math
+import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,7 @@ import torch
 
 from scalerl import algo
 from scalerl.config import RunConfig
+from scalerl.errors import UserError
 from scalerl.models.fp32_head import enable_fp32_head, token_logprobs
 from scalerl.pipeline.batch import RolloutBatch
 from scalerl.pipeline.schedules import Schedule
@@ -174,21 +176,70 @@ class Trainer:
         # FSDP averages the ranks' gradients; the shares sum to the loss, so scale each by the world size
         return share * split.world, loss, whole.stats, _masked_mean(entropy_all, mask)
 
+    # consecutive steps not applied because something was non-finite; MAX_NONFINITE of them stop the run
+    nonfinite_streak = 0
+
     def _apply(self, objective: torch.Tensor, loss: torch.Tensor) -> dict[str, float]:
         """Backward, clipping at the global gradient norm, AdamW and the LR schedule; skipped when the loss or
-        the gradient norm is not finite (the same decision on every rank: both are whole-batch values)."""
+        the gradient norm is not finite (the same decision on every rank: both are whole-batch values). An
+        update that leaves a non-finite weight (a huge learning rate) is undone: weights and optimizer state go
+        back to their values before it, so a checkpoint never holds one. ``MAX_NONFINITE`` such skips in a row
+        stop the run with a UserError naming the likely fix."""
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
-            return {"loss": float("nan"), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
+            return self._skip_nonfinite("loss", {"loss": float("nan"), "grad_norm": float("nan")})
         objective.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
-            return {"loss": loss.item(), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
-        self.optimizer.step()
+            return self._skip_nonfinite("gradient", {"loss": loss.item(), "grad_norm": float("nan")})
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        before = _snapshot(params, self.optimizer)
+        try:
+            self.optimizer.step()
+            finite = math.isfinite(float(torch.nn.utils.get_total_norm([p.detach() for p in params])))
+        except RuntimeError as exc:  # torch refuses a step size beyond float range, maybe after updating some params
+            if "overflow" not in str(exc):
+                raise
+            finite = False
+        if not finite:
+            _restore(params, self.optimizer, before)
+            self.optimizer.zero_grad(set_to_none=True)
+            return self._skip_nonfinite("weights after the update", {"loss": loss.item(), "grad_norm": float(grad_norm)})
         self.lr_schedule.step()
+        self.nonfinite_streak = 0
         return {"loss": loss.item(), "grad_norm": float(grad_norm), "train/nan_skipped": 0.0}
 
+    def _skip_nonfinite(self, what: str, stats: dict[str, float]) -> dict[str, float]:
+        self.nonfinite_streak += 1
+        print(f"warning: step {self.version}: non-finite {what}; step skipped, weights unchanged", file=sys.stderr)
+        if self.nonfinite_streak >= MAX_NONFINITE:
+            raise UserError(
+                f"training diverged: {self.nonfinite_streak} steps in a row gave a non-finite {what} and were skipped; "
+                f"the last checkpoint holds finite weights. Lower optim.lr (now {self.cfg.optim.lr:g}) or raise "
+                "optim.warmup_steps, then --resume"
+            )
+        return {**stats, "train/nan_skipped": 1.0}
+
+
+MAX_NONFINITE = 5
+
+
+def _snapshot(params: list[torch.Tensor], optimizer: torch.optim.Optimizer) -> tuple[list[torch.Tensor], dict]:
+    """Copies of the weights and optimizer state an update changes, to undo it (costs their memory once)."""
+    state = {id(p): {k: v.clone() if torch.is_tensor(v) else v for k, v in optimizer.state[p].items()} for p in params}
+    return [p.detach().clone() for p in params], state
+
+
+@torch.no_grad()
+def _restore(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, snap: tuple[list[torch.Tensor], dict]) -> None:
+    weights, state = snap
+    for p, w in zip(params, weights):
+        p.copy_(w)
+        if state[id(p)]:
+            optimizer.state[p] = state[id(p)]
+        else:
+            optimizer.state.pop(p, None)  # the first update created the state; none before it
 
 def _token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Policy entropy [N, T] at every position (paper A.12 tracks it; not a predictor)."""

@@ -4,6 +4,7 @@ sample, in-flight updates happen, and a run killed with SIGKILL resumes exactly 
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -95,63 +96,108 @@ def _consumed(run_dir: Path) -> list[tuple[int, list[str]]]:
     return [(d["step"], d["problem_ids"]) for d in map(json.loads, lines)]
 
 
-def _cli(run_dir: Path, *extra: str) -> list[str]:
-    sets = [*MICRO, "backend=inline", "steps=12", "checkpoint_every=3", "eval.every=4"]
+def _cli(run_dir: Path, *extra: str, backend: str = "inline") -> list[str]:
+    sets = [*MICRO, f"backend={backend}", "steps=12", "checkpoint_every=3", "eval.every=4"]
     args = [sys.executable, "-m", "scalerl", "train", "--quiet", "--out", str(run_dir)]
     for s in sets:
         args += ["--set", s]
     return args + list(extra)
 
 
-def test_kill9_then_resume_matches_uninterrupted_run(tmp_path):
+def _children(pid: int) -> set[int]:
+    """Processes ``pid`` started (the generator and multiprocessing's resource tracker), from /proc."""
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("backend", ["inline", "local"])
+def test_kill9_then_resume_matches_uninterrupted_run(tmp_path, backend):
+    """SIGKILL midway, then --resume: the same prompts, steps, evaluations and rewards as an uninterrupted run.
+    The local backend's generator process exits by itself once its trainer is gone (no orphan holding shared
+    memory), and the killed run's half-written temporaries are removed when it resumes."""
     ref, victim = tmp_path / "ref", tmp_path / "victim"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    subprocess.run(_cli(ref), check=True, env=env, capture_output=True, timeout=300)
+    subprocess.run(_cli(ref, backend=backend), check=True, env=env, capture_output=True, timeout=300)
 
-    proc = subprocess.Popen(_cli(victim), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(_cli(victim, backend=backend), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = victim / "checkpoints" / "latest"
     deadline = time.time() + 240
+    children: set[int] = set()
     while time.time() < deadline:
+        children |= _children(proc.pid)
         if latest.exists() and latest.read_text().strip() >= "step_0000006.pt":
             break
         time.sleep(0.05)
+    children |= _children(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert len(_consumed(victim)) < 12  # it really died midway
+    if backend == "local":
+        assert children  # the generator process (and the resource tracker) ran
+    deadline = time.time() + 30
+    while any(map(_alive, children)) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_alive, children)), "a child of the killed run outlived it"
 
-    done = subprocess.run(_cli(victim, "--resume"), env=env, capture_output=True, text=True, timeout=300)
+    stale = victim / "checkpoints" / ".step_0000009.pt.abcd1234.tmp.pt"
+    stale.write_bytes(b"half a checkpoint")  # what a kill during torch.save leaves
+    done = subprocess.run(_cli(victim, "--resume", backend=backend), env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
+    assert not stale.exists()
     assert _consumed(victim) == _consumed(ref)  # same prompts, none lost or repeated
     steps = [r["step"] for r in read_metrics(victim) if "loss" in r]
     assert steps == list(range(1, 13))  # no gap, no duplicate
     evals = [r["step"] for r in read_metrics(victim) if "val/pass_rate" in r]
     assert evals == [0, 4, 8, 12]
-    # sampling is seeded per batch and the inline generator is deterministic: identical outcomes
+    # sampling is seeded per batch; a checkpoint holds every batch already under way: identical outcomes
     ref_rewards = [r["train/reward_mean"] for r in read_metrics(ref) if "loss" in r]
     assert [r["train/reward_mean"] for r in read_metrics(victim) if "loss" in r] == ref_rewards
 
 
 def test_nan_loss_skips_the_step(tmp_path):
     from scalerl.build import build_model
-    from scalerl.pipeline.batch import RolloutBatch
     from scalerl.pipeline.schedules import SCHEDULES
     from scalerl.trainer import Trainer
 
     cfg = micro("algo.zero_variance_filter=false")
     bundle = build_model(cfg.model, 0)
     trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    batch = _learnable_batch(gen_logprob=float("nan"))
+    before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
+    stats = trainer.step(batch)
+    assert stats["train/nan_skipped"] == 1.0
+    for k, v in bundle.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def _learnable_batch(gen_logprob: float = -3.0) -> "RolloutBatch":
+    """Two groups of two with mixed rewards: every sample has a non-zero advantage."""
+    from scalerl.pipeline.batch import RolloutBatch
+
     n, t = 4, 6
     mask = torch.zeros(n, t)
     mask[:, 3:] = 1
-    batch = RolloutBatch(
+    return RolloutBatch(
         index=0,
         problem_ids=["a", "b"],
         group=torch.tensor([0, 0, 1, 1]),
-        input_ids=torch.randint(3, 20, (n, t)),
+        input_ids=torch.randint(3, 20, (n, t), generator=torch.Generator().manual_seed(0)),
         attention_mask=torch.ones(n, t, dtype=torch.bool),
         loss_mask=mask,
-        gen_logprobs=torch.full((n, t), float("nan")),
+        gen_logprobs=torch.full((n, t), gen_logprob),
         versions=torch.zeros(n, t, dtype=torch.long),
         rewards=torch.tensor([1.0, -1.0, 1.0, -1.0]),
         correct=torch.tensor([True, False, True, False]),
@@ -159,11 +205,87 @@ def test_nan_loss_skips_the_step(tmp_path):
         interrupted=torch.zeros(n, dtype=torch.bool),
         completion_lengths=torch.full((n,), 3),
     )
+
+
+def test_update_to_nonfinite_weights_is_undone_and_repeats_stop_the_run():
+    """A learning rate so large that AdamW overflows the weights: the update is undone (weights and optimizer
+    state as before), logged as skipped, and the fifth such step in a row is a UserError."""
+    from scalerl.build import build_model
+    from scalerl.errors import UserError
+    from scalerl.pipeline.schedules import SCHEDULES
+    from scalerl.trainer import MAX_NONFINITE, Trainer
+
+    cfg = micro("algo.zero_variance_filter=false", "optim.lr=1e300", "optim.warmup_steps=0")
+    bundle = build_model(cfg.model, 0)
+    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
-    stats = trainer.step(batch)
-    assert stats["train/nan_skipped"] == 1.0
+    for _ in range(MAX_NONFINITE - 1):
+        stats = trainer.step(_learnable_batch())
+        assert stats["train/nan_skipped"] == 1.0 and math.isfinite(stats["loss"])
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
+    assert all(not s for s in trainer.optimizer.state.values())  # no moment estimates kept from the undone steps
+    with pytest.raises(UserError, match="training diverged"):
+        trainer.step(_learnable_batch())
+
+
+def test_update_leaving_an_inf_weight_is_undone(monkeypatch):
+    """The weights are checked after the update itself, whatever made them non-finite."""
+    from scalerl.build import build_model
+    from scalerl.pipeline.schedules import SCHEDULES
+    from scalerl.trainer import Trainer
+
+    cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
+    bundle = build_model(cfg.model, 0)
+    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer.step(_learnable_batch())  # one good step: the optimizer has state to restore
+    before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
+    moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.optimizer.state.items()}
+    step = trainer.optimizer.step
+
+    def overflowing_step(*args, **kwargs):
+        step(*args, **kwargs)
+        with torch.no_grad():
+            next(bundle.model.parameters()).view(-1)[0] = float("inf")
+
+    monkeypatch.setattr(trainer.optimizer, "step", overflowing_step)
+    stats = trainer.step(_learnable_batch())
+    assert stats["train/nan_skipped"] == 1.0 and trainer.nonfinite_streak == 1
+    for k, v in bundle.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    for p, st in trainer.optimizer.state.items():
+        for k, v in st.items():
+            assert torch.equal(v, moments[id(p)][k]), k
+
+
+def test_a_sane_step_after_a_skipped_one_resets_the_count():
+    from scalerl.build import build_model
+    from scalerl.pipeline.schedules import SCHEDULES
+    from scalerl.trainer import Trainer
+
+    cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
+    bundle = build_model(cfg.model, 0)
+    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer.nonfinite_streak = 3
+    stats = trainer.step(_learnable_batch())
+    assert stats["train/nan_skipped"] == 0.0 and trainer.nonfinite_streak == 0
+    assert all(torch.isfinite(p).all() for p in bundle.model.parameters())
+
+
+def test_diverging_run_stops_with_one_error_and_checkpoints_stay_finite(tmp_path):
+    args = [sys.executable, "-m", "scalerl", "train", "--quiet", "--out", str(tmp_path / "run")]
+    for s in [*MICRO, "backend=inline", "steps=12", "checkpoint_every=1", "eval.every=100",
+              "algo.zero_variance_filter=false", "optim.lr=1e300", "optim.warmup_steps=0"]:
+        args += ["--set", s]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: training diverged")
+    ckpts = sorted((tmp_path / "run" / "checkpoints").glob("step_*.pt"))
+    assert ckpts
+    for path in ckpts:
+        state = torch.load(path, weights_only=False)["trainer"]["model"]
+        assert all(torch.isfinite(v).all() for v in state.values()), path.name
 
 
 @pytest.mark.parametrize("backend", ["inline", "local"])

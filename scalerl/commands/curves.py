@@ -8,12 +8,13 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from scalerl.errors import UserError
+from scalerl.errors import UserError, check_number, check_writable_file
 
 if TYPE_CHECKING:
     from scalerl.curves import FitResult
@@ -52,8 +53,8 @@ def _parse_until(text: Optional[str]) -> tuple[Optional[float], Optional[float]]
         value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
         raise UserError(f"--fit-until {text!r} is not a number; give a compute value or a fraction such as 0.5 or 50%") from None
-    if not value > 0:
-        raise UserError(f"--fit-until must be positive, got {text}")
+    if not value > 0 or not math.isfinite(value):
+        raise UserError(f"--fit-until must be a positive finite number, got {text}")
     if s.endswith("%") or value <= 1:
         if value > 1:
             raise UserError(f"--fit-until {text}: a fraction must be at most 100%")
@@ -70,9 +71,22 @@ def _parse_points(values: List[str], flag: str) -> list[float]:
                 out.append(float(part))
             except ValueError:
                 raise UserError(f"{flag} {part!r} is not a number") from None
-    if any(c < 0 for c in out):
-        raise UserError(f"{flag}: compute must be ≥ 0")
+    for c in out:
+        check_number(flag, c, low=0)
     return out
+
+
+def check_fit_numbers(
+    fit_from: Optional[float], level: float, bounds: bool, target: Optional[float] = None, margin: Optional[float] = None
+) -> None:
+    """The numeric options of fit and compare, before any file is read: finite and in range."""
+    check_number("--fit-from", fit_from, low=0)
+    check_number("--level", level, low=0, high=1, low_open=True, high_open=True)
+    check_number("--margin", margin, low=0)
+    if bounds:  # a pass rate; with --no-bounds any finite reward level may be asked for
+        check_number("--target", target, low=0, high=1)
+    else:
+        check_number("--target", target)
 
 
 def _fit_paths(
@@ -91,6 +105,7 @@ def _fit_paths(
     from scalerl.curves import FIT_METHODS, fit_series, load_series
 
     FIT_METHODS.get(method, "--method")
+    check_fit_numbers(fit_from, level, bounds, target)
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
     fits = []
@@ -189,6 +204,7 @@ def fit(
 
     if plot is not None:
         check_figure_path(plot)
+        check_writable_file(plot, "--plot")
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target)
     _print_warnings([w for f in fits for w in f.warnings])
     if plot is not None:
@@ -221,11 +237,13 @@ def compare(
     from scalerl.curves import compare_fits, plot_fits, plot_linearised
     from scalerl.curves.plot import check_figure_path
 
-    for fig in (plot, slope_plot):
+    for flag, fig in (("--plot", plot), ("--slope-plot", slope_plot)):
         if fig is not None:
             check_figure_path(fig)
+            check_writable_file(fig, flag)
     if len(paths) < 2:
         raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
+    check_fit_numbers(fit_from, level, bounds, margin=margin)
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level)
     result = compare_fits(fits, margin=margin)
     _print_warnings([w for f in fits for w in f.warnings] + result.warnings)

@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import typer
 
+from scalerl.errors import check_number, check_writable_dir, check_writable_file
+
 SET_HELP = "Override a field in every run: --set steps=20 (repeatable; applied last)."
 
 
@@ -53,6 +55,9 @@ def register(app: typer.Typer) -> None:
         from scalerl.experiments.spec import load_sweep
         from scalerl.experiments.sweep import run_sequential
 
+        check_writable_dir(out, "--out")
+        if report is not None:
+            check_writable_file(report, "--report")
         plan = load_sweep(spec, set_)
         _finish(run_sequential(plan, out, show_progress=not quiet), out, report, quiet)
 
@@ -72,6 +77,8 @@ def register(app: typer.Typer) -> None:
         from scalerl.experiments.loo import loo_sweep
         from scalerl.experiments.sweep import run_sequential
 
+        check_writable_dir(out, "--out")
+        check_writable_file(report or out / "report.html", "--report")
         plan = loo_sweep(base, set_, budget_steps, minutes, only)
         _finish(run_sequential(plan, out, show_progress=not quiet), out, report or out / "report.html", quiet)
 
@@ -85,5 +92,7 @@ def register(app: typer.Typer) -> None:
         """One offline HTML file: fits and extrapolations, held-out check, ranking, slopes, diagnostics."""
         from scalerl.experiments.report import write_report
 
+        check_number("--margin", margin, low=0)
+        check_writable_file(out, "--out")
         write_report(run_dir, out, margin=margin, quiet=quiet)
         typer.echo(f"wrote {out}")

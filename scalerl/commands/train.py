@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from scalerl.errors import UserError, check_writable_dir
+
 DEMO_OUT = "runs/demo"
 
 
@@ -16,7 +18,6 @@ def config_from_cli(preset: str | None, config: Path | None, sets: list[str]):
     from scalerl.config import load_config
 
     if preset and preset.startswith("loo-"):
-        from scalerl.errors import UserError
         from scalerl.presets import loo_variants
 
         variants = loo_variants("scalerl")
@@ -33,8 +34,6 @@ def resumed_config(out: Path, sets: list[str]):
 
     path = out / "config.yaml"
     if not path.exists():
-        from scalerl.errors import UserError
-
         raise UserError(f"--resume: {out} holds no run (no config.yaml); start it without --resume")
     return build_config(apply_overrides(read_yaml(path), sets), f"{path} + --set")
 
@@ -95,10 +94,16 @@ def register(app: typer.Typer) -> None:
         if followed():
             return
         sets = [*set_, *backend_overrides(backend, address)]
+        check_writable_dir(out, "--out")
+        if resume:
+            refused = [flag for flag, given in (("--preset", preset), ("--config", config)) if given is not None]
+            if refused:
+                raise UserError(
+                    f"--resume continues the run with its own config.yaml and will not apply {' or '.join(refused)}; "
+                    "drop it (only --set of budget/backend fields may change), or start a new run without --resume"
+                )
         cfg = resumed_config(out, sets) if resume else config_from_cli(preset, config, sets)
         if address and cfg.backend != "ray":
-            from scalerl.errors import UserError
-
             raise UserError(f"--address joins a Ray cluster, but the backend is {cfg.backend!r}; add --backend ray")
         from scalerl.pipeline.runner import train as run_train
 
@@ -120,6 +125,7 @@ def register(app: typer.Typer) -> None:
         from scalerl.config import load_config
         from scalerl.pipeline.runner import train as run_train
 
+        check_writable_dir(out, "--out")
         cfg = load_config("scalerl", None, [f"max_minutes={minutes}", "steps=100000", *set_])
         if out == Path(DEMO_OUT) and out.exists():
             shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted

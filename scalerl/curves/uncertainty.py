@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.signal import lfilter
 from scipy.special import fdtri  # F-distribution quantile, without importing scipy.stats
 
 from scalerl.curves import projection, vp
@@ -64,12 +65,14 @@ def jacobian(p: vp.Problem, q: vp.Params) -> Array:
     return np.column_stack(cols + [ds * np.log(p.x / q.Cmid), -ds])
 
 
-def _diagonal_sums(X: Array) -> Array:
-    """``D[k] = Σ_i X[i, i+k] + X[i+k, i]`` for k ≥ 1 and ``D[0] = tr X``: with them, ``Σ_ij φ^|i−j| X_ij``
-    is the polynomial ``Σ_k D[k] φ^k`` (one dot product per φ instead of an n×n product)."""
-    n = X.shape[0]
-    lags = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    return np.bincount(lags.ravel(), weights=X.ravel(), minlength=n)
+def _ar1(X: Array, phi: float) -> Array:
+    """``T X`` for the AR(1) kernel ``T_ij = φ^|i−j|``, by one forward and one backward recursion: O(n) time and
+    memory per column, where the n×n matrix would need n² (a 10⁶-row run: terabytes)."""
+    if phi == 0.0:
+        return X.copy()
+    fwd = lfilter([1.0], [1.0, -phi], X, axis=0)
+    bwd = lfilter([1.0], [1.0, -phi], X[::-1], axis=0)[::-1]
+    return fwd + bwd - X
 
 
 def _lag_times(X: Array, k: int) -> Array:
@@ -80,11 +83,17 @@ def _lag_times(X: Array, k: int) -> Array:
     return out
 
 
-def _lag_projected(P: Array, Q: Array, k: int) -> Array:
-    """``M K_k M`` with ``M = I − P``, ``P = QQᵀ``, expanded as ``K − KP − PK + Q(QᵀKQ)Qᵀ``: only shifts and thin
-    products, because full n×n matrix products crawl when the BLAS threads compete for busy cores."""
-    KP = _lag_times(P, k)
-    return _lag_times(np.eye(P.shape[0]), k) - KP - KP.T + Q @ (Q.T @ _lag_times(Q, k)) @ Q.T
+def _moments(Q: Array, KQ: list[Array], QKQ: list[Array], phi: float) -> list[float]:
+    """``tr(T M)`` and ``tr(T M K_k M)`` for k = 1, 2, with ``M = I − QQᵀ`` and ``T`` the AR(1) kernel at ``φ``:
+    the expected ``eᵀe`` and ``eᵀK_k e`` of residuals under ``Σ = T`` (up to scale). Expanded into thin products
+    (``tr(TK) − 2 tr(QᵀTKQ) + tr(QᵀTQ·QᵀKQ)``, T and K symmetric), so memory stays O(n·p)."""
+    n = Q.shape[0]
+    TQ = _ar1(Q, phi)
+    QTQ = Q.T @ TQ
+    out = [n - float(np.trace(QTQ))]
+    for k, kq, qkq in zip((1, 2), KQ, QKQ):
+        out.append((n - k) * phi**k - 2 * float(np.sum(TQ * kq)) + float(np.sum(QTQ * qkq.T)))
+    return out
 
 
 def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
@@ -92,17 +101,17 @@ def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
     orthonormal basis of the fit's tangent space (so the residual projector is ``M = I − QQᵀ``).
 
     Method of moments on the lag-1 and lag-2 autocorrelations, each matched to its post-fit expectation
-    ``E[eᵀKe]/E[eᵀe] = tr(Σ·MKM)/tr(Σ·M)``."""
+    ``E[eᵀKe]/E[eᵀe] = tr(Σ·MKM)/tr(Σ·M)``. Time and memory are linear in the number of points (no n×n matrix),
+    so a run with a million evaluations is fine."""
     n = e.size
     if n < 4 or not np.any(e):
         return 0.0, 0.0
     obs = np.array([e[:-k] @ e[k:] for k in (1, 2)]) / (e @ e)
-    P = Q @ Q.T
-    D = [_diagonal_sums(np.eye(n) - P)] + [_diagonal_sums(_lag_projected(P, Q, k)) for k in (1, 2)]
+    KQ = [_lag_times(Q, k) for k in (1, 2)]
+    QKQ = [Q.T @ kq for kq in KQ]
     # the expectation is linear-fractional in λ: (λ·a_k(φ) + (1−λ)·a_k(0)) / (λ·a_0(φ) + (1−λ)·a_0(0))
-    powers = _PHI[:, None] ** np.arange(n)[None, :]
-    a = np.stack([powers @ d for d in D])  # (3, n_phi)
-    b = np.array([d[0] for d in D])  # the same at φ = 0 (white noise): traces only
+    a = np.array([_moments(Q, KQ, QKQ, float(phi)) for phi in _PHI]).T  # (3, n_phi)
+    b = np.array(_moments(Q, KQ, QKQ, 0.0))  # the same at φ = 0 (white noise)
     lam = np.linspace(0.0, 1.0, 41)[:, None, None]
     pred = (lam * a[1:][None] + (1 - lam) * b[1:, None][None]) / (lam * a[0][None, None] + (1 - lam) * b[0])
     err = np.sum((pred - obs[None, :, None]) ** 2, axis=1)  # (n_lam, n_phi)
@@ -111,7 +120,8 @@ def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
 
 
 def threshold(p: vp.Problem, q: vp.Params, level: float) -> tuple[float, float, float, float]:
-    """``Δ`` for the profile, plus (κ, φ, ν). See the module docstring for the derivation."""
+    """``Δ`` for the profile, plus (κ, φ, ν). See the module docstring for the derivation. Every product with
+    ``Σ`` goes through :func:`_ar1`, so memory is O(n·p) (the traces are expanded as in :func:`_moments`)."""
     J = jacobian(p, q)
     n = J.shape[0]
     U, sv, Vt = np.linalg.svd(J, full_matrices=False)
@@ -120,16 +130,22 @@ def threshold(p: vp.Problem, q: vp.Params, level: float) -> tuple[float, float, 
     s = efficiency(p.x, q.B, q.Cmid)
     e = p.y - (q.R0 * (1 - s) + q.A * s)
     phi, lam = noise_correlation(e, Q)
-    lags = np.abs(np.subtract.outer(np.arange(n), np.arange(n)))
-    Sigma = lam * phi**lags + (1 - lam) * np.eye(n)
-    MS = Sigma - Q @ (Q.T @ Sigma)
-    tr = float(np.trace(MS))
-    dof = max(tr * tr / float(np.sum(MS * MS.T)), 1.0)
-    # (JᵀJ)⁻¹ Jᵀ = V diag(1/sv) Uᵀ on the kept directions
-    W = (Vt[keep].T / sv[keep]) @ Q.T
+
+    def sigma_times(X: Array) -> Array:
+        return lam * _ar1(X, phi) + (1 - lam) * X
+
+    SQ = sigma_times(Q)
+    QSQ = Q.T @ SQ
+    tr = n - float(np.trace(QSQ))  # tr(MΣ); Σ has ones on its diagonal
+    k = np.arange(1, n)
+    tr_sigma2 = n + 2 * float(np.sum((n - k) * (lam * phi**k) ** 2))  # Σ_ij Σ_ij²
+    tr_ms2 = tr_sigma2 - 2 * float(np.sum(SQ * SQ)) + float(np.sum(QSQ * QSQ.T))  # tr((MΣ)²)
+    dof = max(tr * tr / tr_ms2, 1.0)
+    # row A of (JᵀJ)⁻¹ Jᵀ = V diag(1/sv) Uᵀ on the kept directions
     a = 0 if p.R0 is not None else 1  # column of A in J
-    white = float(W[a] @ W[a])
-    kappa = max(float(W[a] @ Sigma @ W[a]) / white, 1.0) if white > 0 else 1.0
+    w = ((Vt[keep].T / sv[keep])[a]) @ Q.T
+    white = float(w @ w)
+    kappa = max(float(w @ sigma_times(w)) / white, 1.0) if white > 0 else 1.0
     sigma2 = q.sse / max(tr, 1e-12)
     return kappa * sigma2 * float(fdtri(1.0, dof, level)), kappa, phi, dof
 

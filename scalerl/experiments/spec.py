@@ -130,7 +130,7 @@ def make_sweep(
 def load_sweep(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Sweep:
     """Read and validate a sweep spec file; ``extra`` overrides (``--set``) apply to every run, last."""
     where = f"sweep spec {path}"
-    data = read_yaml(Path(path))
+    data = read_yaml(Path(path), "sweep spec")
     try:
         spec = _SpecFile.model_validate(data)
     except ValidationError as exc:

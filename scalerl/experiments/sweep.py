@@ -128,8 +128,19 @@ def _jsonable(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=str))
 
 
+def sweep_status(records: list[RunRecord]) -> str:
+    """The sweep's state for ``sweep.json``: ``failed`` if any run failed, ``done`` only when every run is."""
+    states = {r.status for r in records}
+    if "failed" in states:
+        return "failed"
+    if "interrupted" in states:
+        return "interrupted"
+    return "done" if states <= {"done"} else "running"
+
+
 def write_index(out: Path, sweep: Sweep, records: list[RunRecord]) -> None:
     write_json(out / INDEX, {
+        "status": sweep_status(records),
         "source": sweep.source,
         "description": sweep.description,
         "base": sweep.base,

@@ -12,7 +12,10 @@ schedule (``pipeline/schedules.py``) says when each batch may start and whether 
 
 from __future__ import annotations
 
+import multiprocessing as mp
+import os
 import queue
+import threading
 import time
 import traceback
 from collections import OrderedDict
@@ -46,6 +49,18 @@ class ReadyBatches:
     def ready_batches(self) -> list[RolloutBatch]:
         self._collect(timeout=0.0)
         return [self.ready[i] for i in sorted(self.ready)]
+
+    # True where generators run beside the trainer and may have batches under way
+    concurrent = False
+
+    def settle(self, indices: list[int]) -> list[RolloutBatch]:
+        """Wait until every batch in ``indices`` (submitted, not yet trained on) has been generated; return all
+        ready batches. A checkpoint saves these, so a resumed run trains on exactly the batches an uninterrupted
+        one would, instead of regenerating half-done ones with other weights (nothing else is published while
+        it waits, so waiting changes no batch)."""
+        while self.concurrent and any(i not in self.ready for i in indices):
+            self._collect(timeout=1.0)
+        return self.ready_batches()
 
 
 class InlineBackend(ReadyBatches):
@@ -95,10 +110,32 @@ def generate_on_schedule(
     return worker.generate(group, weight_source=source)
 
 
+PARENT_CHECK_S = 0.5  # how often a generator process checks that its trainer process is still alive
+
+
+def _exit_with_parent() -> None:
+    """In a generator process: exit as soon as the trainer process is gone (killed with SIGKILL, say), so no
+    orphan keeps generating and multiprocessing's resource tracker can unlink the run's semaphores."""
+    parent = mp.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        while parent.is_alive():
+            time.sleep(PARENT_CHECK_S)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
+
+
 def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, requests: Any, results: Any, threads: int) -> None:
+    _exit_with_parent()
     torch.set_num_threads(threads)
     try:
         worker = GeneratorWorker(RunConfig.model_validate(cfg_data))
+        version, weights = channel.snapshot()
+        worker.load(version, weights)
+        results.put({"started": version})  # the trainer waits for this: a resumed run starts where it stopped
         while True:
             items = requests.get()
             if items is None:
@@ -112,6 +149,7 @@ def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, 
 
 class ProcessBackend(ReadyBatches):
     devices = 2
+    concurrent = True
 
     def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, ctx: Any, threads: int = 1) -> None:
         super().__init__()
@@ -127,6 +165,32 @@ class ProcessBackend(ReadyBatches):
             name="scalerl-generator",
         )
         self.proc.start()
+        try:
+            self._wait_started()
+        except BaseException:
+            self.close()
+            raise
+
+    def _wait_started(self) -> None:
+        """Block until the generator has built its model and loaded the trainer's weights. Training only
+        starts then, in a new run as in a resumed one, so a resumed run does not train ahead on saved batches
+        while its generator is still starting (it would then start later batches on newer weights)."""
+        while True:
+            payload = self._receive(timeout=1.0)
+            if payload is not None and "started" in payload:
+                return
+
+    def _receive(self, timeout: float) -> dict | None:
+        """The generator's next message (None after ``timeout`` seconds); its failure or death is an error."""
+        try:
+            payload = self.results.get(timeout=timeout)
+        except queue.Empty:
+            if not self.proc.is_alive():
+                raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
+            return None
+        if "error" in payload:
+            raise RuntimeError("generator process failed:\n" + payload["error"])
+        return payload
 
     def submit(self, requests: list[Request]) -> None:
         """Requests issued together; the schedule's groups among them are generated as one batch each."""
@@ -137,15 +201,7 @@ class ProcessBackend(ReadyBatches):
 
     def _collect(self, timeout: float) -> None:
         """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
-        while True:
-            try:
-                payload = self.results.get(timeout=timeout)
-            except queue.Empty:
-                if not self.proc.is_alive():
-                    raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
-                return
-            if "error" in payload:
-                raise RuntimeError("generator process failed:\n" + payload["error"])
+        while (payload := self._receive(timeout)) is not None:
             self.put_ready(RolloutBatch.from_payload(payload))
             timeout = 0.0
 

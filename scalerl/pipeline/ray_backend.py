@@ -107,6 +107,8 @@ def _cpu(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 class RayBackend(ReadyBatches):
     """``ProcessBackend``'s interface over N Ray generator actors (module docstring)."""
 
+    concurrent = True
+
     def __init__(self, cfg: RunConfig, schedule: Schedule, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         super().__init__()
         self.schedule = schedule

@@ -19,6 +19,7 @@ the prompts consumed match an uninterrupted run and metrics continue without a g
 from __future__ import annotations
 
 import random
+import shutil
 import time
 import zlib
 from pathlib import Path
@@ -40,8 +41,8 @@ from scalerl.pipeline.generator import prompt_encoder
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
 from scalerl.progress import RunDisplay
-from scalerl.runlog import METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
-from scalerl.atomic import write_text
+from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
+from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
 
 
@@ -96,6 +97,32 @@ def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: 
 
 def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo) -> dict[str, Any]:
     check_run_dir(cfg, out, resume)
+    fresh = not out.exists()  # a new run in a directory this call makes: a mistake found before step 1 removes it
+    for directory in (out, out / CKPT_DIR):
+        remove_stale_temporaries(directory)  # a killed run's half-written checkpoint or metrics rewrite
+    progress = {"trained": False}
+    try:
+        return _run(cfg, out, resume, show_progress, ranks, progress)
+    except UserError:
+        if fresh and not progress["trained"]:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+
+
+def check_context(bundle: Any, encode: Any, task: Any, length: Any) -> None:
+    """A UserError before anything is written when the longest prompt plus the length budget does not fit the
+    model's context (the model says so only once a batch reaches it, after the run has started)."""
+    check = getattr(bundle.model, "check_length", None)
+    if check is None or length is None:
+        return
+    prompts = {p.prompt for p in [*task.train_problems(), *task.val_problems()]}
+    longest = max((len(encode(text)) for text in prompts), default=0)
+    check(longest + int(length.max_new_tokens))
+
+
+def _run(
+    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool]
+) -> dict[str, Any]:
     threads, gen_threads = thread_split(cfg, ranks.world)
     torch.set_num_threads(threads)
     random.seed(cfg.seed)
@@ -105,6 +132,7 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
     task = build_task(cfg.task)
     bundle = build_model(cfg.model, cfg.seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
+    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg))
     model, tokenizer = bundle.model, bundle.tokenizer
     schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
     ckpt = load_latest_checkpoint(out) if resume else None
@@ -164,7 +192,7 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
         display.eval(record)
 
     def checkpoint() -> None:
-        ready = [b for b in backend.ready_batches() if b.index >= step]
+        ready = [b for b in backend.settle(sorted(pending)) if b.index >= step]
         save_checkpoint(
             out,
             step,
@@ -211,6 +239,7 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
                 meter.add_time(time.perf_counter() - t0)
                 del pending[step]
                 step += 1
+                progress["trained"] = True
                 record = {
                     "step": step,
                     "time/wall_s": wall(),

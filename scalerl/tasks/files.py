@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from scalerl.errors import UserError
+from scalerl.errors import UserError, read_user_text
 from scalerl.tasks.base import Problem
 
 T = TypeVar("T")
@@ -57,20 +57,19 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
 
 def _read_jsonl(path: Path) -> list[Any]:
     records = []
-    with open(path, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
+    for number, line in enumerate(read_user_text(path, "task data").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
     return records
 
 
 def _read_json_list(path: Path) -> list[Any]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_user_text(path, "task data"))
     except json.JSONDecodeError as exc:
         raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
     if not isinstance(data, list):
