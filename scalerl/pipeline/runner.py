@@ -106,6 +106,7 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
     bundle = build_model(cfg.model, cfg.seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
     model, tokenizer = bundle.model, bundle.tokenizer
+    length = build_length_control(cfg, tokenizer)
     schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
     ckpt = load_latest_checkpoint(out) if resume else None
     warm_stats: dict[str, Any] = {}
@@ -115,7 +116,6 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
         warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
-    length = build_length_control(cfg)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
     devices = cfg.devices or backend_devices(cfg) + ranks.world - 1
     meter = ComputeMeter(devices=devices, n_params=int(bundle.spec.get("n_params", 0)))
