@@ -117,8 +117,12 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
-    devices = cfg.devices or backend_devices(cfg) + ranks.world - 1
-    meter = ComputeMeter(devices=devices, n_params=int(bundle.spec.get("n_params", 0)))
+    metered = backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
+    meter = ComputeMeter(
+        n_params=int(bundle.spec.get("n_params", 0)),
+        trainer_devices=ranks.world,
+        scale=cfg.devices / metered if cfg.devices else 1.0,
+    )
     forecaster = Forecaster(cfg.forecast)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
     eval_engine = bundle.make_engine(eval_model, tokenizer, fp32_head=cfg.algo.fp32_head)
@@ -202,13 +206,14 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
                     backend.submit(issued)
                 t0 = time.perf_counter()
                 batch = backend.next_batch(step)
+                t_train = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
                 stats = ranks.step(trainer, batch)
                 _update_curriculum(curriculum, batch)
                 if trainer.version % schedule.group == 0:
                     backend.publish(ranks.weights(model), trainer.version)
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
-                meter.add_batch(prompt_tokens, int(batch.completion_lengths.sum()), int(batch.attention_mask.sum()))
-                meter.add_time(time.perf_counter() - t0)
+                meter.add_generation(batch.gen_seconds, prompt_tokens, int(batch.completion_lengths.sum()))
+                meter.add_training(time.perf_counter() - t_train, int(stats["train/tokens_kept"]))
                 del pending[step]
                 step += 1
                 record = {
