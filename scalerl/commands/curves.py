@@ -178,8 +178,8 @@ def _print_fits(fits: list["FitResult"]) -> None:
     from scalerl.curves.fit import format_compute as _c
     from scalerl.curves.plot import short_name
 
-    law = "power-law fits (App. A.4)" if fits[0].model == "power" else "Eq. 1 fits"
-    table = Table(title=f"{law} (method {fits[0].method})")
+    power = fits[0].model == "power"
+    table = Table(title="power-law fits, R = A − D·C^(−B) (App. A.4)" if power else f"Eq. 1 fits (method {fits[0].method})")
     cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
     for col in cols + ("held-out |err| mean / max",):
         table.add_column(col, no_wrap=True)
