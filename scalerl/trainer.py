@@ -117,7 +117,7 @@ class Trainer:
             "train/zero_var_frac": algo.zero_variance_frac(batch.correct, batch.group),
             "train/samples": float(batch.n),
             "train/samples_kept": float(keep.sum().item()),
-            "train/tokens_kept": float(batch.attention_mask[keep].sum().item()),  # what the meter charges (§compute)
+            "train/tokens_kept": float(batch.attention_mask[keep].sum().item()),  # trained tokens (compute.py)
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         self.version += 1

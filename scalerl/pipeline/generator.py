@@ -85,6 +85,7 @@ class GeneratorWorker:
                     length_control=self.length,
                 )
             )
-        for b in batches:  # the generator's busy time (engine, grading, collation), shared by the k batches
-            b.gen_seconds = (time.perf_counter() - t0) / len(requests)
+        busy = (time.perf_counter() - t0) / len(requests)  # engine, grading, collation; shared by the k batches
+        for b in batches:
+            b.gen_seconds = busy
         return batches
