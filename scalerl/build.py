@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from typing import Any
 
 from scalerl.config import ModelConfig, RunConfig, TaskConfig
 from scalerl.errors import UserError
@@ -79,7 +80,15 @@ def check_engine(cfg: RunConfig, bundle: ModelBundle) -> None:
     ENGINES.get(cfg.engine.name, "engine.name").check(bundle)
 
 
-def build_length_control(cfg: RunConfig):
+def build_length_control(cfg: RunConfig, tokenizer: Any = None):
+    """The run's length control (§3.8). With the run's ``tokenizer``, also check that thinking budget + phrase +
+    answer budget fit in ``max_new_tokens`` (a ``UserError`` naming the fix otherwise)."""
     from scalerl import algo
 
-    return algo.build_length_control(cfg.algo.length)
+    length = algo.build_length_control(cfg.algo.length)
+    if tokenizer is not None:
+        try:
+            length.check_fits(len(tokenizer.encode(length.phrase)) if length.phrase else 0)
+        except ValueError as exc:
+            raise UserError(f"algo.length.params.{exc}") from None
+    return length

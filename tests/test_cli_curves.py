@@ -88,7 +88,7 @@ def test_dropped_rows_are_a_warning_not_an_error(tmp_path, capsys):
     lines[5] = "400,640.0,oops"
     lines[9] = "800,1280.0,NaN"
     src.write_text("\n".join(lines) + "\n")
-    code, out, err = run(["fit", src, "--json"], capsys)
+    code, out, err = run(["fit", src, "--json", "--fit-from", 0], capsys)  # from the first evaluation
     assert code == 0
     assert "dropped 2 row(s)" in err and "6, 10" in err
     assert json.loads(out)["fits"][0]["n_points"] == 98
@@ -113,7 +113,7 @@ def _bad(tmp_path):
         (["fit", t / "flat.csv", "--x", "c", "--y", "r"], "constant"),
         (["fit", t / "range.csv", "--x", "c", "--y", "r"], "outside [0, 1]"),
         (["fit", ok, "--fit-until", "abc"], "--fit-until 'abc' is not a number"),
-        (["fit", ok, "--method", "magic"], "unknown fit method 'magic'; choose one of: paper, vp"),
+        (["fit", ok, "--method", "magic"], "unknown fit method 'magic'; choose one of: paper, paper-data, vp"),
         (["fit", ok, "--fit-from", 15900], "free parameters"),
         (["compare", ok], "at least two runs"),
     ]

@@ -202,3 +202,35 @@ def test_tiny_llama_with_tied_embeddings():
     lp.sum().backward()
     assert model.model.embed_tokens.weight.grad is not None
     assert torch.isfinite(model.model.embed_tokens.weight.grad.float()).all()
+
+
+def test_bf16_generation_has_a_mismatch_that_the_fp32_head_reduces():
+    """§3.3: with the generator in float32 the head changes nothing (the ablation would be the base run exactly);
+    generating in bf16 (engine.bf16_autocast, as loo-fp32 does) gives a mismatch, smaller with the FP32 head."""
+    import copy
+
+    from scalerl.build import build_engine, build_length_control, build_model, build_task
+    from scalerl.config import load_config
+    from scalerl.engines.precision import logprob_mismatch
+    from scalerl.models.fp32_head import set_fp32_head
+    from scalerl.pipeline.generator import prompt_encoder
+    from scalerl.presets import resolve_variant
+
+    assert resolve_variant("loo-fp32").engine.bf16_autocast and not resolve_variant("scalerl").engine.bf16_autocast
+    small = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "batch.generations=4"]
+    cfg = load_config("scalerl", None, small)
+    bundle = build_model(cfg.model, 0)
+    encode = prompt_encoder(bundle)
+    prompts = [encode(p.prompt) for p in list(build_task(cfg.task).train_problems())[:6]]
+    spread = {}
+    for bf16 in (False, True):
+        for head in (True, False):
+            run = load_config("scalerl", None, [*small, f"engine.bf16_autocast={bf16}", f"algo.fp32_head={head}"])
+            gen = copy.copy(bundle)
+            gen.model = copy.deepcopy(bundle.model)
+            groups = build_engine(run, gen).generate(prompts, n=4, length=build_length_control(run), seed=1)
+            trainer_model = set_fp32_head(copy.deepcopy(bundle.model).eval(), head)
+            spread[bf16, head] = float(logprob_mismatch(trainer_model, groups).mean())
+    assert spread[False, True] < 1e-5 and spread[False, False] < 1e-5
+    assert spread[True, False] > 2 * spread[True, True] > 0
+    assert spread[True, False] > 100 * spread[False, False]

@@ -1,10 +1,12 @@
 """Zero-variance filtering (§3.6, Fig. 6a).
 
-A prompt whose G generations all got the same reward has zero advantage and so contributes no gradient;
-ScaleRL drops such groups from the loss (Seed1.5-Thinking) and, unlike DAPO's dynamic sampling, does not
-refill the batch. With 0/1 rewards this is the paper's condition ``0 < mean({r_j}) < 1``; with the ±1 rewards
-of A.3 it reads "not all correct and not all incorrect". Both reduce to "the group's rewards are not all
-equal", which is what is tested here (exact equality: rewards are discrete).
+A prompt whose G generations are all correct or all incorrect has no learning signal; ScaleRL drops such
+groups from the loss (Seed1.5-Thinking) and, unlike DAPO's dynamic sampling, does not refill the batch. The
+paper's condition ``0 < mean({r_j}) < 1`` is on the 0/1 (or ±1, A.3) *correctness* reward, so the trainer passes
+correctness here, not the shaped reward: under DAPO's length penalty an all-correct group of differing lengths
+has unequal shaped rewards, and keeping it would turn length differences into unit-scale advantages under
+prompt-level normalisation (DAPO's dynamic sampling also filters on accuracy). The test is "the values are not
+all equal" (exact equality: the values are discrete).
 """
 
 from __future__ import annotations

@@ -60,6 +60,10 @@ class LengthControl:
     def think_budgets(self, n: int, rng: np.random.Generator) -> list[int | None]:
         return [None] * n
 
+    def check_fits(self, phrase_tokens: int) -> None:
+        """Raise ``ValueError`` if the longest interrupted completion cannot fit in ``max_new_tokens``
+        (nothing to check without interruptions)."""
+
     def shape_rewards(self, rewards: Tensor, lengths: Tensor, correct: Tensor) -> Tensor:
         return rewards
 
@@ -88,10 +92,17 @@ class Interruption(LengthControl):
             raise ValueError(f"think_hi: must be >= think_lo ({self.think_lo}), got {self.think_hi}")
         if not isinstance(self.phrase, str) or not self.phrase.rstrip().endswith(self.think_end):
             raise ValueError(f"phrase: must end with {self.think_end!r}, got {self.phrase!r}")
-        if self.max_new_tokens < self.think_hi + self.answer_budget:
+        self.check_fits(1)  # the phrase has at least one token; its exact length needs the tokenizer (check_fits)
+
+    def check_fits(self, phrase_tokens: int) -> None:
+        """The longest interrupted completion, ``think_hi + phrase + answer_budget`` tokens, must fit in
+        ``max_new_tokens``; otherwise the hard cap truncates the answer the interruption exists to allow (§3.8).
+        ``phrase_tokens`` is the phrase's length under the run's tokenizer."""
+        need = self.think_hi + phrase_tokens + self.answer_budget
+        if self.max_new_tokens < need:
             raise ValueError(
-                f"max_new_tokens: must hold think_hi + answer_budget ({self.think_hi + self.answer_budget}) "
-                f"plus the phrase, got {self.max_new_tokens}"
+                f"max_new_tokens: must hold think_hi + phrase + answer_budget = {self.think_hi} + {phrase_tokens} + "
+                f"{self.answer_budget} = {need} tokens, got {self.max_new_tokens}; raise max_new_tokens or lower think_hi"
             )
 
     def think_budgets(self, n: int, rng: np.random.Generator) -> list[int | None]:

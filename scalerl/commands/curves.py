@@ -27,7 +27,9 @@ X_OPTION = typer.Option(
 Y_OPTION = typer.Option("val/pass_rate", "--y", help="Reward column: the held-out pass rate by default.")
 FROM_OPTION = typer.Option(
     None, "--fit-from", metavar="C",
-    help="Fit only points with compute ≥ C (drop the noisy early regime; the paper starts at ~1.5k GPU-h).",
+    help="Fit only points with compute ≥ C. Default: leave out the early regime as the paper does (~1.5k of 16k "
+    "GPU-h): the first 9.4% of the window's compute, keeping at least 6 points; 0 fits from the first evaluation. "
+    "R0 always comes from the point at compute 0.",
 )
 UNTIL_OPTION = typer.Option(
     None, "--fit-until", metavar="C",
@@ -36,7 +38,18 @@ UNTIL_OPTION = typer.Option(
 )
 METHOD_OPTION = typer.Option(
     "vp", "--method",
-    help="vp: variable projection, the exact least-squares optimum (default); paper: the paper's grid search.",
+    help="vp: variable projection, the exact least-squares optimum (default); paper: the paper's grid search "
+    "(App. A.5: A in 0.450..0.800 step 0.005, 100 linear Cmid in [100, 40000] GPU-h; see --a-grid, --cmid-grid); "
+    "paper-data: the same search on grids taken from the data (for other compute units).",
+)
+MODEL_OPTION = typer.Option(
+    "sigmoid", "--model", help="sigmoid: Eq. 1 (default); power: the power law R = A − D·C^(−B) of App. A.4."
+)
+A_GRID_OPTION = typer.Option(
+    None, "--a-grid", metavar="LO:HI:STEP", help="--method paper's grid on A (default 0.450:0.800:0.005)."
+)
+CMID_GRID_OPTION = typer.Option(
+    None, "--cmid-grid", metavar="LO:HI:N", help="--method paper's grid on Cmid, N linear values (default 100:40000:100)."
 )
 BOUNDS_OPTION = typer.Option(
     True, "--bounds/--no-bounds", help="Keep 0 ≤ R0 ≤ A ≤ 1 (pass rates); --no-bounds for rewards such as ±1."
@@ -60,6 +73,24 @@ def _parse_until(text: Optional[str]) -> tuple[Optional[float], Optional[float]]
             raise UserError(f"--fit-until {text}: a fraction must be at most 100%")
         return None, value
     return value, None
+
+
+def _parse_grid(text: Optional[str], flag: str, last_is_count: bool) -> Any:
+    """``LO:HI:STEP`` (``--a-grid``) or ``LO:HI:N`` (``--cmid-grid``) as an array; None stays None."""
+    import numpy as np
+
+    if text is None:
+        return None
+    form = "LO:HI:N" if last_is_count else "LO:HI:STEP"
+    try:
+        lo, hi, last = (float(v) for v in text.split(":"))
+    except ValueError:
+        raise UserError(f"{flag} {text!r}: give {form}, three numbers separated by colons") from None
+    if not (hi >= lo and last > 0) or (last_is_count and last != int(last)):
+        raise UserError(f"{flag} {text!r}: need HI ≥ LO and a positive {'whole N' if last_is_count else 'STEP'}")
+    if last_is_count:
+        return np.linspace(lo, hi, int(last))
+    return np.round(np.arange(lo, hi + last / 2, last), 12)
 
 
 def _parse_points(values: List[str], flag: str) -> list[float]:
@@ -100,12 +131,19 @@ def _fit_paths(
     level: float,
     predict_at: Optional[List[str]] = None,
     target: Optional[float] = None,
+    model: str = "sigmoid",
+    a_grid: Optional[str] = None,
+    cmid_grid: Optional[str] = None,
 ) -> list["FitResult"]:
     """Load and fit every path; any user mistake is raised before anything is written."""
     from scalerl.curves import FIT_METHODS, fit_series, load_series
+    from scalerl.curves.fit import MODELS
 
     FIT_METHODS.get(method, "--method")
     check_fit_numbers(fit_from, level, bounds, target)
+    if model not in MODELS:
+        raise UserError(f"--model {model!r} is not known; use one of: {', '.join(MODELS)}")
+    grids = {"a_grid": _parse_grid(a_grid, "--a-grid", False), "cmid_grid": _parse_grid(cmid_grid, "--cmid-grid", True)}
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
     fits = []
@@ -116,7 +154,9 @@ def _fit_paths(
             fit_series(
                 series,
                 method=method,
+                model=model,
                 fit_from=fit_from,
+                **grids,
                 fit_until=until_abs,
                 fit_until_fraction=until_frac,
                 bounded=bounds,
@@ -153,7 +193,8 @@ def _print_fits(fits: list["FitResult"]) -> None:
     from scalerl.curves.fit import format_compute as _c
     from scalerl.curves.plot import short_name
 
-    table = Table(title=f"Eq. 1 fits (method {fits[0].method})")
+    power = fits[0].model == "power"
+    table = Table(title="power-law fits, R = A − D·C^(−B) (App. A.4)" if power else f"Eq. 1 fits (method {fits[0].method})")
     cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
     for col in cols + ("held-out |err| mean / max",):
         table.add_column(col, no_wrap=True)
@@ -163,12 +204,12 @@ def _print_fits(fits: list["FitResult"]) -> None:
             short_name(f.source),
             str(f.n_points),
             f"{_c(f.fit_window[0])}–{_c(f.fit_window[1])}",
-            f"{f.R0:.3f}" + ("" if f.R0_fixed else " (fit)"),
+            ("–" if f.R0 != f.R0 else f"{f.R0:.3f}" + ("" if f.R0_fixed else " (fit)")),
             f"{f.A:.3f}",
             _interval(f),
             "yes" if f.identified else "NO",
             f"{f.B:.2f}",
-            _c(f.Cmid),
+            "–" if f.Cmid != f.Cmid else _c(f.Cmid),
             f"{f.rmse:.4f}",
             f"{h['mean_abs_err']:.4f} / {h['max_abs_err']:.4f} ({h['n']} points)" if h else "–",
         )
@@ -193,6 +234,9 @@ def fit(
     ),
     target: Optional[float] = typer.Option(None, "--target", metavar="R", help="Report the compute that reaches R."),
     method: str = METHOD_OPTION,
+    model: str = MODEL_OPTION,
+    a_grid: Optional[str] = A_GRID_OPTION,
+    cmid_grid: Optional[str] = CMID_GRID_OPTION,
     bounds: bool = BOUNDS_OPTION,
     level: float = LEVEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the fits as JSON (design.md format) instead of a table."),
@@ -205,7 +249,7 @@ def fit(
     if plot is not None:
         check_figure_path(plot)
         check_writable_file(plot, "--plot")
-    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target)
+    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target, model, a_grid, cmid_grid)
     _print_warnings([w for f in fits for w in f.warnings])
     if plot is not None:
         plot_fits(fits, plot)
@@ -225,6 +269,9 @@ def compare(
     fit_until: Optional[str] = UNTIL_OPTION,
     margin: float = typer.Option(0.02, "--margin", help="A values within this margin are tied and ranked by B (§2)."),
     method: str = METHOD_OPTION,
+    model: str = MODEL_OPTION,
+    a_grid: Optional[str] = A_GRID_OPTION,
+    cmid_grid: Optional[str] = CMID_GRID_OPTION,
     bounds: bool = BOUNDS_OPTION,
     level: float = LEVEL_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the ranking as JSON instead of a table."),
@@ -244,7 +291,8 @@ def compare(
     if len(paths) < 2:
         raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
     check_fit_numbers(fit_from, level, bounds, margin=margin)
-    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level)
+    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
+                      cmid_grid=cmid_grid)
     result = compare_fits(fits, margin=margin)
     _print_warnings([w for f in fits for w in f.warnings] + result.warnings)
     if plot is not None:
@@ -279,11 +327,11 @@ def _print_comparison(result: Any) -> None:
             _interval(r.fit),
             "yes" if r.fit.identified else "NO",
             f"{r.fit.B:.2f}",
-            _c(r.fit.Cmid),
+            "–" if r.fit.Cmid != r.fit.Cmid else _c(r.fit.Cmid),
             str(r.group) if tied else "–",
             f"{r.group_A:.3f}" if tied else "–",
             f"{r.refit.B:.2f}" if r.refit else "–",
-            _c(r.refit.Cmid) if r.refit else "–",
+            _c(r.refit.Cmid) if r.refit and r.refit.Cmid == r.refit.Cmid else "–",
         )
     _console().print(table)
 

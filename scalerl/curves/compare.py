@@ -24,12 +24,17 @@ DEFAULT_MARGIN = 0.02  # §2 / App. A.5: the error margin on A
 
 
 def refit_at(fit: FitResult, A: float) -> FitResult:
-    """``fit``'s data and window refitted with the asymptote fixed at ``A`` (R0 stays fixed if it was)."""
+    """``fit``'s data and window refitted with the asymptote fixed at ``A`` by the same method and law (and grids)
+    that fitted it (R0 stays fixed if it was)."""
     lo, hi = fit.fit_window
+    a_grid, cmid_grid = fit.grids
     return fit_curve(
         fit.x,
         fit.y,
-        method="vp",
+        method=fit.method,
+        model=fit.model,
+        a_grid=a_grid,
+        cmid_grid=cmid_grid,
         fit_from=lo,
         fit_until=hi,
         bounded=fit.bounded,

@@ -17,15 +17,24 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from scalerl.curves import paper, uncertainty, vp
+from scalerl.curves import paper, power, uncertainty, vp
 from scalerl.curves.series import FitError, Series, TooFewPoints, check
-from scalerl.curves.sigmoid import Array, sigmoid, sigmoid_inverse
+from scalerl.curves.sigmoid import Array, power_law, sigmoid, sigmoid_inverse
 from scalerl.errors import UserError
 from scalerl.registry import Registry
 
-FIT_METHODS: Registry[Callable[[vp.Problem, vp.Grid], vp.Params]] = Registry("fit method")
-FIT_METHODS.register("vp")(lambda p, grid: vp.fit(p, grid))
-FIT_METHODS.register("paper")(lambda p, grid: paper.fit(p))
+Grids = tuple["Array | None", "Array | None"]  # (A grid, Cmid grid) of the grid-search methods; None: the default
+
+# How Eq. 1 is fitted: (problem, vp grid, grids) -> parameters. Only the grid searches read ``grids``.
+FIT_METHODS: Registry[Callable[[vp.Problem, vp.Grid, Grids], vp.Params]] = Registry("fit method")
+FIT_METHODS.register("vp")(lambda p, grid, grids: vp.fit(p, grid))
+FIT_METHODS.register("paper")(lambda p, grid, grids: paper.fit(p, *grids))
+FIT_METHODS.register("paper-data")(lambda p, grid, grids: paper.fit(p, *paper.data_grids(p)))
+GRID_METHODS = ("paper",)  # the methods that take --a-grid / --cmid-grid
+MODELS = ("sigmoid", "power")  # Eq. 1, or the power law of App. A.4
+
+EARLY_FRACTION = 1500 / 16000  # App. A.7: the paper's fits start after ~1.5k of a 16k GPU-h run
+MIN_KEPT = 6  # the early-point exclusion never leaves fewer points than this in the window
 
 
 @dataclass
@@ -59,13 +68,20 @@ class FitResult:
     target: dict[str, Any] | None = None
     noise: dict[str, float] | None = None
     warnings: list[str] = field(default_factory=list)
+    model: str = "sigmoid"  # "power": R = A − D·C^(−B) (App. A.4); R0 and Cmid then describe the same tail
+    D: float | None = None  # the power law's constant
+    grids: Grids = (None, None)  # the grid-search method's grids, so that a refit uses the same ones
 
     def predict(self, c: Any) -> Array:
-        """Eq. 1 at compute ``c`` with the fitted parameters."""
+        """The fitted law (Eq. 1, or the power law) at compute ``c``."""
+        if self.model == "power":
+            return power_law(c, self.A, float(self.D), self.B)
         return sigmoid(c, self.R0, self.A, self.B, self.Cmid)
 
     def compute_to_reach(self, r: float) -> float:
         """The compute at which the fitted curve reaches reward ``r`` (``inf`` if it never does)."""
+        if self.model == "power":
+            return float((float(self.D) / (self.A - r)) ** (1 / self.B)) if r < self.A else float("inf")
         return float(sigmoid_inverse(r, self.R0, self.A, self.B, self.Cmid))
 
     def format_interval(self) -> str:
@@ -84,15 +100,20 @@ class FitResult:
         return ~self.in_window & ~self.heldout_mask
 
     def to_json(self) -> dict[str, Any]:
+        def finite(v: float) -> float | None:
+            return float(v) if np.isfinite(v) else None
+
         return {
             "source": self.source,
             "x": self.x_name,
             "y": self.y_name,
             "method": self.method,
-            "R0": self.R0,
+            "model": self.model,
+            "R0": finite(self.R0),
             "A": self.A,
             "B": self.B,
-            "Cmid": self.Cmid,
+            "Cmid": finite(self.Cmid),
+            "D": self.D,
             "A_ci": list(self.A_ci) if self.A_ci is not None else None,
             "identified": self.identified,
             "n_points": self.n_points,
@@ -116,6 +137,22 @@ def format_compute(v: float) -> str:
     return f"{v:,.0f}" if 100 <= abs(v) < 1e7 else f"{v:.3g}"
 
 
+def default_fit_from(x: Sequence[float] | Array, fit_until: float | None = None) -> float:
+    """Where a fit starts when the user does not say: the early-point exclusion of §2 / App. A.7.
+
+    The paper leaves out the first ~1.5k of 16k GPU-h (about the first epoch), where the reward rises almost
+    linearly and is noisiest relative to its change; larger cutoffs left too few points. The same share,
+    :data:`EARLY_FRACTION` (≈ 9.4 %) of the window's last compute (the largest ≤ ``fit_until``), is cut here, but
+    never so much that fewer than :data:`MIN_KEPT` points remain. The point at compute 0 still fixes R0."""
+    xa = np.asarray(x, dtype=float)
+    if xa.size == 0:
+        return 0.0
+    inside = np.sort(xa[(xa > 0) & (xa <= (fit_until if fit_until is not None else np.inf))])
+    if inside.size < MIN_KEPT:
+        return 0.0
+    return min(EARLY_FRACTION * float(inside[-1]), float(inside[-MIN_KEPT]))
+
+
 def window_mask(x: Array, fit_from: float | None, fit_until: float | None) -> Array:
     """Points fitted: compute > 0 (compute 0 gives R0), ≥ ``fit_from`` and ≤ ``fit_until``."""
     m = x > 0
@@ -131,6 +168,9 @@ def fit_curve(
     y: Sequence[float] | Array,
     *,
     method: str = "vp",
+    model: str = "sigmoid",
+    a_grid: Array | None = None,
+    cmid_grid: Array | None = None,
     fit_from: float | None = None,
     fit_until: float | None = None,
     fit_until_fraction: float | None = None,
@@ -148,11 +188,13 @@ def fit_curve(
 ) -> FitResult:
     """Fit Eq. 1 ``R(C) = R0 + (A − R0)/(1 + (Cmid/C)^B)`` to points ``(x, y)`` given in training order.
 
-    ``fit_from``/``fit_until`` bound the window in compute units; ``fit_until_fraction`` (0 < f ≤ 1) sets it to a
+    ``fit_from``/``fit_until`` bound the window in compute units (``fit_from`` None: :func:`default_fit_from`,
+    the paper's early-point exclusion; 0: from the first evaluation); ``fit_until_fraction`` (0 < f ≤ 1) sets it to a
     fraction of the largest compute instead (the paper fits the first half and predicts the end, §2). R0 is fixed
     to the mean reward at compute 0 when there is such a point (or to ``R0`` if given), otherwise fitted. ``A``
     fixes the asymptote (the comparison rule of §2 refits runs at a shared A). With ``bounded``,
-    ``0 ≤ R0 ≤ A ≤ 1``. Raises :class:`FitError` when the data cannot be fitted."""
+    ``0 ≤ R0 ≤ A ≤ 1``. ``model`` "power" fits App. A.4's power law instead of Eq. 1; ``a_grid``/``cmid_grid``
+    replace the grid-search method's grids. Raises :class:`FitError` when the data cannot be fitted."""
     xa, ya = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
     if xa.shape != ya.shape:
         raise FitError(f"{source}: {xa.size} compute values but {ya.size} rewards")
@@ -165,6 +207,12 @@ def fit_curve(
             raise UserError(f"fit-until fraction must be in (0, 1], got {fit_until_fraction}")
         fit_until = fit_until_fraction * float(xa.max())
     fit_method = FIT_METHODS.get(method, "method")
+    if model not in MODELS:
+        raise UserError(f"model {model!r} is not known; use one of: {', '.join(MODELS)}")
+    if (a_grid is not None or cmid_grid is not None) and method not in GRID_METHODS:
+        raise UserError(f"--a-grid/--cmid-grid set the grids of --method paper, not of --method {method}")
+    if fit_from is None:
+        fit_from = default_fit_from(xa, fit_until)
 
     at_zero = xa == 0
     R0_fixed = R0 is not None or bool(at_zero.any())
@@ -176,28 +224,33 @@ def fit_curve(
 
     mask = window_mask(xa, fit_from, fit_until)
     p = vp.Problem(xa[mask], ya[mask], R0=R0_val, A=A, bounded=bounded)
-    _check_window(p, source, fit_from, fit_until)
-
-    grid = vp.make_grid(p)
-    q = fit_method(p, grid)
-    A_ci, A_open, noise = _interval_on_A(p, q, grid, ci and A is None, method, level)
+    _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, A), source, fit_from, fit_until)
     lo_x, hi_x = float(p.x.min()), float(p.x.max())
-    identified, warnings = not A_open[1], []
-    if A is not None:
-        A_ci = (A, A)
-    elif q.Cmid > hi_x:
-        identified = False
-        warnings.append(
-            f"{source}: the fit window ends at {format_compute(hi_x)}, before the curve's midpoint "
-            f"(Cmid ≈ {format_compute(q.Cmid)}): A is not identified yet; train past Cmid or fix A"
-        )
-    elif A_open[1]:
-        warnings.append(
-            f"{source}: the {level:.0%} interval on A is open at the top: the noise is too large for this window "
-            "to pin A down"
-        )
+    grids: Grids = (a_grid, cmid_grid)
+    D = None
+    if model == "power":
+        q, D, A_ci, A_open, noise, identified, warnings = _fit_power(p, source)
+    else:
+        grid = vp.make_grid(p)
+        q = fit_method(p, grid, grids)
+        A_ci, A_open, noise = _interval_on_A(p, q, grid, ci and A is None, method, level)
+        identified, warnings = not A_open[1], []
+        if A is not None:
+            A_ci = (A, A)
+        elif q.Cmid > hi_x:
+            identified = False
+            warnings.append(
+                f"{source}: the fit window ends at {format_compute(hi_x)}, before the curve's midpoint "
+                f"(Cmid ≈ {format_compute(q.Cmid)}): A is not identified yet; train past Cmid or fix A"
+            )
+        elif A_open[1]:
+            warnings.append(
+                f"{source}: the {level:.0%} interval on A is open at the top: the noise is too large for this "
+                "window to pin A down"
+            )
 
-    resid = p.y - sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
+    fitted = power_law(p.x, q.A, D, q.B) if D is not None else sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
+    resid = p.y - fitted
     sse = float(resid @ resid)
     result = FitResult(
         source=source,
@@ -224,12 +277,33 @@ def fit_curve(
         in_window=mask,
         noise=noise,
         warnings=warnings,
+        model=model,
+        D=D,
+        grids=grids,
     )
     result.predictions = [(float(c), float(result.predict(c))) for c in predict_at]
     result.heldout = _score_heldout(result)
     if target is not None:
         result.target = _target(result, float(target))
     return result
+
+
+def _fit_power(p: vp.Problem, source: str) -> tuple[vp.Params, float, Any, tuple[bool, bool], None, bool, list[str]]:
+    """App. A.4's power law on the window: (params with the equivalent Cmid, D, A_ci, open ends, noise,
+    identified, warnings). No interval on A: the paper uses the power law only to show its A is unstable."""
+    w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
+    R0 = p.R0 if p.R0 is not None else float("nan")
+    # the Cmid of the sigmoid with this tail (D = (A − R0)·Cmid^B, §1.2), when R0 is known
+    Cmid = (w.D / (w.A - R0)) ** (1 / w.B) if w.A > R0 and w.D > 0 else float("nan")
+    q = vp.Params(R0, w.A, w.B, float(Cmid), w.sse)
+    at_bound = p.bounded and p.A is None and w.A >= 1.0 - 1e-9
+    warnings = (
+        [f"{source}: the power law's asymptote ran to the bound A = 1: it is not identified on this window (App. A.4)"]
+        if at_bound
+        else []
+    )
+    A_ci = (p.A, p.A) if p.A is not None else None
+    return q, w.D, A_ci, (False, False), None, not at_bound, warnings
 
 
 def _interval_on_A(

@@ -2,9 +2,11 @@
 
 The paper grid-searches ``A ∈ {0.450, 0.455, …, 0.800}`` and 100 linearly spaced ``Cmid ∈ [100, 40000]``, fits B
 with ``scipy.optimize.curve_fit`` at every grid point, and keeps the grid point with the lowest squared error.
-Here the grids come from the data instead (A in steps of 0.005 from the lowest reward in the window up to 1 when
-bounded; 100 log-spaced Cmid from a tenth of the window's first compute to ten times its last), or are passed
-in explicitly to reproduce the paper's. B is found for every grid point at once: the squared error on a dense
+Those literal grids (:data:`PAPER_A`, :data:`PAPER_CMID`) are ``--method paper``'s default; they assume a pass
+rate against GPU-hours at the paper's scale (``--a-grid``/``--cmid-grid`` change them). ``--method paper-data``
+runs the same search on grids taken from the data instead (:func:`data_grids`: A in steps of 0.005 from the
+lowest reward in the window up to 1 when bounded; 100 log-spaced Cmid from a tenth of the window's first compute
+to ten times its last), for curves in other units. B is found for every grid point at once: the squared error on a dense
 log-spaced B grid is evaluated from the projection sums (:mod:`.projection`), and only the grid points whose
 parabolic estimate of their best error can compete with the best are refined with a bounded 1-D minimisation.
 ``bench/fit_speed.py`` checks the optimum against the literal per-point ``curve_fit``.
@@ -25,7 +27,11 @@ N_B = 96  # dense B values per (A, Cmid) before refinement
 _SLACK = 1e-3  # relative margin on the parabolic estimate when choosing which grid points to refine
 
 
-def default_grids(p: Problem) -> tuple[Array, Array]:
+PAPER_A = np.round(np.arange(0.450, 0.800 + A_STEP / 2, A_STEP), 3)  # App. A.5
+PAPER_CMID = np.linspace(100.0, 40000.0, N_CMID)  # App. A.5, GPU-hours
+
+
+def data_grids(p: Problem) -> tuple[Array, Array]:
     """Data-derived grids over A and Cmid (see the module docstring)."""
     lo = float(p.y.min()) if p.R0 is None else max(float(p.y.min()), p.R0)
     if p.bounded:
@@ -44,11 +50,10 @@ def _sse_at(p: Problem, A: float, Cmid: float, log_B: float) -> float:
 
 
 def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None) -> Params:
-    """The grid point (A, Cmid) with B fitted by least squares that has the lowest squared error."""
-    if a_grid is None or cmid_grid is None:
-        da, dc = default_grids(p)
-        a_grid = da if a_grid is None else np.asarray(a_grid, dtype=float)
-        cmid_grid = dc if cmid_grid is None else np.asarray(cmid_grid, dtype=float)
+    """The grid point (A, Cmid) with B fitted by least squares that has the lowest squared error; the paper's
+    literal grids unless others are given."""
+    a_grid = PAPER_A if a_grid is None else np.asarray(a_grid, dtype=float)
+    cmid_grid = PAPER_CMID if cmid_grid is None else np.asarray(cmid_grid, dtype=float)
     if p.A is not None:  # a fixed asymptote is a grid of one
         a_grid = np.array([p.A])
     log_b = np.linspace(np.log(B_RANGE[0]), np.log(B_RANGE[1]), N_B)

@@ -37,7 +37,12 @@ def _native(bundle: "ModelBundle", cfg: "RunConfig") -> Any:
     from scalerl.build import resolve_device
 
     bundle.model.to(resolve_device(cfg.device))
-    return bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
+    engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
+    if cfg.engine.bf16_autocast:  # generate in bf16 as inference engines do (§3.3; engines/precision.py)
+        from scalerl.engines.precision import Bf16Generation
+
+        engine = Bf16Generation(engine)
+    return engine
 
 
 def _vllm(bundle: "ModelBundle", cfg: "RunConfig") -> Any:

@@ -68,7 +68,6 @@ class GeneratorWorker:
             seed=requests[0].seed,
             weight_source=weight_source,
         )
-        seconds = (time.perf_counter() - t0) / len(requests)
         batches, start = [], 0
         for request, ps in zip(requests, problems):
             part = samples[start : start + len(ps)]
@@ -84,7 +83,9 @@ class GeneratorWorker:
                     reward_correct=self.cfg.reward.correct,
                     reward_incorrect=self.cfg.reward.incorrect,
                     length_control=self.length,
-                    gen_seconds=seconds,
                 )
             )
+        busy = (time.perf_counter() - t0) / len(requests)  # engine, grading, collation; shared by the k batches
+        for b in batches:
+            b.gen_seconds = busy
         return batches

@@ -134,6 +134,7 @@ def _run(
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
     check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg))
     model, tokenizer = bundle.model, bundle.tokenizer
+    length = build_length_control(cfg, tokenizer)
     schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
     ckpt = load_latest_checkpoint(out) if resume else None
     warm_stats: dict[str, Any] = {}
@@ -143,10 +144,13 @@ def _run(
         warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
-    length = build_length_control(cfg)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
-    devices = cfg.devices or backend_devices(cfg) + ranks.world - 1
-    meter = ComputeMeter(devices=devices, n_params=int(bundle.spec.get("n_params", 0)))
+    metered = backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
+    meter = ComputeMeter(
+        n_params=int(bundle.spec.get("n_params", 0)),
+        trainer_devices=ranks.world,
+        scale=cfg.devices / metered if cfg.devices else 1.0,
+    )
     forecaster = Forecaster(cfg.forecast)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
     eval_engine = bundle.make_engine(eval_model, tokenizer, fp32_head=cfg.algo.fp32_head)
@@ -230,13 +234,14 @@ def _run(
                     backend.submit(issued)
                 t0 = time.perf_counter()
                 batch = backend.next_batch(step)
+                t_train = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
                 stats = ranks.step(trainer, batch)
                 _update_curriculum(curriculum, batch)
                 if trainer.version % schedule.group == 0:
                     backend.publish(ranks.weights(model), trainer.version)
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
-                meter.add_batch(prompt_tokens, int(batch.completion_lengths.sum()), int(batch.attention_mask.sum()))
-                meter.add_time(time.perf_counter() - t0)
+                meter.add_generation(batch.gen_seconds, prompt_tokens, int(batch.completion_lengths.sum()))
+                meter.add_training(time.perf_counter() - t_train, int(stats["train/tokens_kept"]))
                 del pending[step]
                 step += 1
                 progress["trained"] = True
