@@ -85,6 +85,14 @@ class RolloutBatch:
             out[f.name] = value
         return RolloutBatch(**out)
 
+    def length_buckets(self, rows_per_bucket: int = 32) -> list[torch.Tensor]:
+        """Row indices [r] in groups of ``rows_per_bucket`` sequences of similar length (sorted by real
+        length), so that a forward over each group trimmed to its own longest sequence carries little
+        padding: the same logits for every real token as the whole right-padded batch, at about half the
+        tokens when completions are much shorter than the cap."""
+        order = torch.argsort(self.attention_mask.sum(dim=1), stable=True)
+        return list(order.split(max(1, rows_per_bucket)))
+
     def to_payload(self) -> dict[str, Any]:
         """A plain dict for inter-process queues."""
         return asdict(self)
