@@ -97,3 +97,44 @@ def test_update_forwards_only_the_buckets_real_width(monkeypatch):
     assert sum(seen) == expected < 0.6 * n * (t - 1)
     for phase in ("logprob_forward", "backward", "optimizer"):
         assert stats[f"timing/{phase}_s"] >= 0.0
+
+
+def test_collate_pads_right_and_weights_only_sampled_tokens():
+    """Hand-worked: two completions of one prompt, one with a forced token, one empty."""
+    from scalerl.algo.length_control import LengthControl
+    from scalerl.engines.base import Sample
+    from scalerl.pipeline.batch import Request, collate
+    from scalerl.tasks.base import Problem
+
+    a = Sample([1, 5], tokens=[7, 8, 9], logprobs=[-0.5, 0.0, -1.5], versions=[3, 3, 4], forced=[False, True, False])
+    b = Sample([1, 5])
+    batch = collate(Request(0, ["p"], 0), [Problem("p", "x", "y")], [[a, b]], [[True, False]], pad_id=0,
+                    reward_correct=1.0, reward_incorrect=-1.0, length_control=LengthControl())
+    assert batch.input_ids.tolist() == [[1, 5, 7, 8, 9], [1, 5, 0, 0, 0]]
+    assert batch.attention_mask.tolist() == [[True] * 5, [True, True, False, False, False]]
+    assert batch.loss_mask.tolist() == [[0, 0, 1, 0, 1], [0] * 5]
+    assert batch.gen_logprobs.tolist() == [[0, 0, -0.5, 0, -1.5], [0] * 5]
+    assert batch.versions.tolist() == [[-1, -1, 3, 3, 4], [-1] * 5]
+    assert batch.rewards.tolist() == [1.0, -1.0] and batch.completion_lengths.tolist() == [3, 0]
+
+
+def test_every_phase_of_a_step_is_timed_in_metrics(tmp_path):
+    """design.md: timing/<phase>_s on every step line (eval on eval lines, checkpoint after one was written)."""
+    from scalerl.pipeline.runner import train
+    from scalerl.runlog import read_metrics
+
+    cfg = load_config("scalerl", None, [
+        *SETS, "batch.prompts=2", "batch.generations=2", "task.n_train=16", "task.n_val=4", "eval.n_samples=1",
+        "eval.every=2", "checkpoint_every=1", "warmup.steps=0", "algo.length.params.max_new_tokens=36",
+        "algo.length.params.think_lo=6", "algo.length.params.think_hi=10", "algo.length.params.answer_budget=4",
+        "tensorboard=false", "steps=3",
+    ])
+    train(cfg, tmp_path, show_progress=False)
+    lines = read_metrics(tmp_path)
+    steps = [r for r in lines if "loss" in r]
+    phases = ("generate", "grade", "collate", "wait", "logprob_forward", "backward", "optimizer", "publish")
+    for r in steps:
+        for phase in phases:
+            assert r[f"timing/{phase}_s"] >= 0.0, (phase, r["step"])
+    assert all("timing/checkpoint_s" in r for r in steps[1:])
+    assert all(r["timing/eval_s"] > 0.0 for r in lines if "val/pass_rate" in r)

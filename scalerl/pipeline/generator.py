@@ -73,18 +73,20 @@ class GeneratorWorker:
         for request, ps in zip(requests, problems):
             part = samples[start : start + len(ps)]
             start += len(ps)
+            t1 = time.perf_counter()
             verdicts = [[self.task.grade(p, s.text) for s in group] for p, group in zip(ps, part)]
-            batches.append(
-                collate(
-                    request,
-                    ps,
-                    part,
-                    verdicts,
-                    pad_id=self.tokenizer.pad_id,
-                    reward_correct=self.cfg.reward.correct,
-                    reward_incorrect=self.cfg.reward.incorrect,
-                    length_control=self.length,
-                    gen_seconds=seconds,
-                )
+            t2 = time.perf_counter()
+            batch = collate(
+                request,
+                ps,
+                part,
+                verdicts,
+                pad_id=self.tokenizer.pad_id,
+                reward_correct=self.cfg.reward.correct,
+                reward_incorrect=self.cfg.reward.incorrect,
+                length_control=self.length,
+                gen_seconds=seconds,
             )
+            batch.timings = {"generate": seconds, "grade": t2 - t1, "collate": time.perf_counter() - t2}
+            batches.append(batch)
         return batches

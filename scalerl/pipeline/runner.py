@@ -156,9 +156,11 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
         return time.perf_counter() - start
 
     def run_eval() -> None:
+        t0 = time.perf_counter()
         ranks.refresh(eval_model, model)
         res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
         record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
+        record["timing/eval_s"] = time.perf_counter() - t0
         record.update(forecaster.update(meter.device_hours, res["val/pass_rate"]))
         log.log(record)
         display.eval(record)
@@ -184,6 +186,7 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
         )
 
     # a resumed run that already evaluated at its checkpoint step must not evaluate there again
+    carried: dict[str, float] = {}
     last_eval_step = max((int(r["step"]) for r in read_metrics(out) if "val/pass_rate" in r), default=-1)
     try:
         with display:
@@ -202,10 +205,15 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
                     backend.submit(issued)
                 t0 = time.perf_counter()
                 batch = backend.next_batch(step)
+                t_batch = time.perf_counter()
                 stats = ranks.step(trainer, batch)
                 _update_curriculum(curriculum, batch)
+                t_publish = time.perf_counter()
                 if trainer.version % schedule.group == 0:
                     backend.publish(ranks.weights(model), trainer.version)
+                timing = {f"timing/{k}_s": v for k, v in batch.timings.items()}
+                # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
+                timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
                 meter.add_batch(prompt_tokens, int(batch.completion_lengths.sum()), int(batch.attention_mask.sum()))
                 meter.add_time(time.perf_counter() - t0)
@@ -219,7 +227,10 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
                     "curriculum/retired": float(curriculum.retired),
                     "throughput/samples_per_s": batch.n / max(time.perf_counter() - t0, 1e-9),
                     "throughput/gen_seconds": batch.gen_seconds,
+                    **timing,
+                    **carried,  # the checkpoint written after the previous step
                 }
+                carried = {}
                 log.log(record)
                 log.consumed(step, batch.problem_ids)
                 display.step(record)
@@ -227,7 +238,9 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
                     run_eval()
                     last_eval_step = step
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                    t_ckpt = time.perf_counter()
                     checkpoint()
+                    carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
             if last_eval_step != step:
                 run_eval()
                 checkpoint()
