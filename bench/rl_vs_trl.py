@@ -62,7 +62,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / datasets / trl are imported
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -182,7 +182,9 @@ def warmed_policy(cfg: RunConfig, task: Any) -> torch.nn.Module:
     return bundle.model
 
 
-def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL GRPOTrainer") -> Throughput:
+def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL GRPOTrainer",
+            instrument: Callable[[Any], None] | None = None) -> Throughput:
+    """TRL's side; ``instrument(trainer)`` (``bench/profile_step.py``) may wrap the trainer before it runs."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
@@ -234,6 +236,8 @@ def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL G
         dataset = Dataset.from_list([{"prompt": p.prompt, "problem_id": p.id} for p in problems.values()])
         trainer = GRPOTrainer(model=to_hf_llama(warmed_policy(cfg, task)), reward_funcs=task_reward, args=args,
                               train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+        if instrument is not None:
+            instrument(trainer)
         trainer.train()
     if len(lengths) != cfg.steps * batch:
         raise RuntimeError(f"TRL graded {len(lengths)} completions, expected {cfg.steps} steps x {batch}")

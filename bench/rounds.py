@@ -118,6 +118,11 @@ def report(results: Results, title: str, ratio_specs: Sequence[tuple[str, str, s
         if target:
             line += "  [green]met[/]" if statistics.median(rs) >= target else "  [red]NOT met[/]"
         console.print(line)
+    warn_if_busy(results)
+
+
+def warn_if_busy(results: Results) -> None:
+    """The loud summary warning when any run started on a busy machine."""
     busy = results.busy()
     if busy:
         _loud(f"{len(busy)} of {len(results.runs)} runs started with 1-min load > {BUSY_LOAD} "
