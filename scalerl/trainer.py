@@ -67,6 +67,7 @@ class Trainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
         )
         self.version = 0  # policy version = optimizer steps taken (skipped ones included)
+        self.timings: dict[str, float] = {}  # the last step's phases -> seconds (the runner logs timing/*_s)
 
     # ------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -102,6 +103,7 @@ class Trainer:
 
     def step(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
+        self.timings = {}
         oldest = batch.oldest_version()
         has_tokens = oldest >= 0
         staleness = torch.where(has_tokens, self.version - oldest, torch.zeros_like(oldest))
@@ -147,7 +149,7 @@ class Trainer:
         stats = {f"train/{k}": float(v) for k, v in loss_stats.items()}
         stats["train/entropy"] = entropy
         stats["train/adv_abs_mean"] = adv.abs().mean().item()
-        stats["timing/logprob_forward_s"] = time.perf_counter() - t0
+        self.timings["logprob_forward"] = time.perf_counter() - t0
         return {**stats, **self._apply(objective, loss)}
 
     def _terms(self, b: RolloutBatch, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, "LossOutput"]:
@@ -211,13 +213,8 @@ class Trainer:
             return {"loss": loss.item(), "grad_norm": float("nan"), "train/nan_skipped": 1.0}
         self.optimizer.step()
         self.lr_schedule.step()
-        return {
-            "loss": loss.item(),
-            "grad_norm": float(grad_norm),
-            "train/nan_skipped": 0.0,
-            "timing/backward_s": t1 - t0,
-            "timing/optimizer_s": time.perf_counter() - t1,
-        }
+        self.timings.update(backward=t1 - t0, optimizer=time.perf_counter() - t1)
+        return {"loss": loss.item(), "grad_norm": float(grad_norm), "train/nan_skipped": 0.0}
 
 
 def _token_entropy(logits: torch.Tensor) -> torch.Tensor:

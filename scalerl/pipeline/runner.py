@@ -211,7 +211,7 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
                 t_publish = time.perf_counter()
                 if trainer.version % schedule.group == 0:
                     backend.publish(ranks.weights(model), trainer.version)
-                timing = {f"timing/{k}_s": v for k, v in batch.timings.items()}
+                timing = {f"timing/{k}_s": v for k, v in {**batch.timings, **trainer.timings}.items()}
                 # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
                 timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
