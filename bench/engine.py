@@ -3,19 +3,22 @@
 Both sample at temperature 1 over the full vocabulary with a KV cache, from the same left-padded prompts (the
 built-in task's validation prompts), with the same weights (``to_hf_llama`` exports the tiny model exactly)
 and exactly ``--new`` new tokens per sequence (EOS ignored on both sides, no interruptions). Prints tokens/s
-of each and their ratio (target >= 1.5x on CPU, env_feasibility §4b).
+of each and their ratio (target >= 1.5x on CPU, env_feasibility §4b), in interleaved rounds (``bench/rounds.py``)
+after one untimed run of each.
 
-    python bench/engine.py [--batch 64] [--new 128] [--repeats 3] [--threads N] [--d-model 128 --layers 4]
+    python bench/engine.py [--batch 64] [--new 128] [--rounds 3] [--threads N] [--d-model 128 --layers 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-import torch
-from rich.console import Console
-from rich.table import Table
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
+import rounds  # noqa: E402
+import torch  # noqa: E402
 
 from scalerl.algo.length_control import LengthControl
 from scalerl.config import ModelConfig
@@ -26,29 +29,15 @@ from scalerl.pipeline.generator import encode_prompt
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 
-def best_of(repeats: int, run) -> float:  # noqa: ANN001
-    """Fastest of ``repeats`` timed runs (after one untimed warm-up run): the least disturbed by other load."""
-    run()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--new", type=int, default=128, help="new tokens per sequence")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    rounds.add_arguments(ap)
     ap.add_argument("--d-model", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--heads", type=int, default=4)
     args = ap.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
 
     tok = CharTokenizer()
     task = ArithmeticTask(seed=0, n_train=1, n_val=args.batch)
@@ -75,19 +64,18 @@ def main() -> None:
         assert out.shape[1] == ids.shape[1] + args.new
 
     tokens = args.batch * args.new
-    rows = [("built-in (static KV cache)", best_of(args.repeats, builtin)),
-            ("transformers generate", best_of(args.repeats, transformers_generate))]
-    n_params = sum(p.numel() for p in model.parameters())
-    table = Table(title=f"sampling {args.batch} x {args.new} new tokens, {n_params:,} params, "
-                        f"{torch.get_num_threads()} threads (best of {args.repeats})")
-    for col in ("engine", "seconds", "tokens/s"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
-    for name, secs in rows:
-        table.add_row(name, f"{secs:.2f}", f"{tokens / secs:,.0f}")
-    console = Console()
-    console.print(table)
-    console.print(f"ratio built-in / transformers: {rows[1][1] / rows[0][1]:.2f}x")
 
+    def rate(run) -> dict[str, float]:  # noqa: ANN001
+        t0 = time.perf_counter()
+        run()
+        return {"tokens/s": tokens / (time.perf_counter() - t0)}
+
+    res = rounds.interleave({"built-in (static KV cache)": lambda: rate(builtin),
+                             "transformers generate": lambda: rate(transformers_generate)},
+                            args.rounds, args.threads, warmup=True)
+    n_params = sum(p.numel() for p in model.parameters())
+    rounds.report(res, f"sampling {args.batch} x {args.new} new tokens, {n_params:,} params",
+                  [("built-in (static KV cache)", "transformers generate", "tokens/s", 1.5)])
 
 if __name__ == "__main__":
     main()

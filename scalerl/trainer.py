@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import math
 import sys
+import time
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import torch
+import torch.nn.functional as F
 
 from scalerl import algo
 from scalerl.config import RunConfig
@@ -35,6 +37,9 @@ from scalerl.pipeline.schedules import Schedule
 if TYPE_CHECKING:
     from scalerl.algo.losses import LossOutput
     from scalerl.fsdp import DataParallel
+
+# sequences per forward in the update: buckets of similar length, each trimmed to its own longest sequence
+ROWS_PER_BUCKET = 32
 
 
 class Trainer:
@@ -64,6 +69,7 @@ class Trainer:
             self.optimizer, lambda s: min(1.0, (s + 1) / (warm + 1)) if warm else 1.0
         )
         self.version = 0  # policy version = optimizer steps taken (skipped ones included)
+        self.timings: dict[str, float] = {}  # the last step's phases -> seconds (the runner logs timing/*_s)
 
     # ------------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -99,6 +105,7 @@ class Trainer:
 
     def step(self, batch: RolloutBatch) -> dict[str, float]:
         cfg = self.cfg
+        self.timings = {}
         oldest = batch.oldest_version()
         has_tokens = oldest >= 0
         staleness = torch.where(has_tokens, self.version - oldest, torch.zeros_like(oldest))
@@ -135,30 +142,47 @@ class Trainer:
         adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
         self.model.train()
         mask = b.loss_mask[:, 1:]
+        t0 = time.perf_counter()
         if self.split is None:
-            logits, _, out = self._terms(b, adv)
+            entropy_t, _, out = self._terms(b, adv)
             loss = objective = self.aggregate(out.per_token, mask, b.group)
-            loss_stats, entropy = out.stats, _masked_mean(_token_entropy(logits.detach()), mask)
+            loss_stats, entropy = out.stats, _masked_mean(entropy_t, mask)
         else:
             objective, loss, loss_stats, entropy = self._split_terms(b, adv)
         stats = {f"train/{k}": float(v) for k, v in loss_stats.items()}
         stats["train/entropy"] = entropy
         stats["train/adv_abs_mean"] = adv.abs().mean().item()
+        self.timings["logprob_forward"] = time.perf_counter() - t0
         return {**stats, **self._apply(objective, loss)}
 
     def _terms(self, b: RolloutBatch, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, "LossOutput"]:
-        """Logits, log-probs of the taken tokens (FP32 head, §3.3) and the registry's per-token loss (§3.2)
-        for the sequences of ``b`` with advantages ``adv``."""
+        """Entropy (no gradient), log-probs of the taken tokens (FP32 head, §3.3), both [N, T-1], and the
+        registry's per-token loss (§3.2) for the sequences of ``b`` with advantages ``adv``.
+
+        The forward runs over length buckets of the batch, each trimmed to its longest sequence (right
+        padding never changes a causal model's real tokens), and the pieces go back to the batch's row order
+        and width: the same values and gradients as one forward over the padded batch, on far fewer tokens."""
         autocast = (
             torch.autocast(device_type=b.input_ids.device.type, dtype=torch.bfloat16)
             if self.cfg.optim.bf16_autocast
             else nullcontext()
         )
-        with autocast:
-            logits = self.model(b.input_ids[:, :-1], b.attention_mask[:, :-1])
+        width = b.input_ids.shape[1]
+        lengths = b.attention_mask.sum(dim=1)
+        logp_parts, entropy_parts, order = [], [], []
+        # over several ranks every rank must run the same number of forwards (FSDP gathers in each): one
+        for rows in b.length_buckets(ROWS_PER_BUCKET if self.split is None else b.n):
+            w = min(width, max(2, int(lengths[rows].max())))
+            ids = b.input_ids[rows, :w]
+            with autocast:
+                logits = self.model(ids[:, :-1], b.attention_mask[rows, : w - 1])
+            logp_parts.append(F.pad(token_logprobs(logits, ids[:, 1:]).float(), (0, width - w)))
+            entropy_parts.append(F.pad(_token_entropy(logits.detach()), (0, width - w)))
+            order.append(rows)
+        inverse = torch.argsort(torch.cat(order))
+        logp, entropy = torch.cat(logp_parts)[inverse], torch.cat(entropy_parts)[inverse]
         mask = b.loss_mask[:, 1:]
-        logp = token_logprobs(logits, b.input_ids[:, 1:]).float()
-        return logits, logp, self.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
+        return entropy, logp, self.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
 
     def _split_terms(self, b: RolloutBatch, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict, float]:
         """This rank's share of the step (``DataParallel``): ``(objective to backpropagate, whole-batch loss,
@@ -167,9 +191,9 @@ class Trainer:
         gradient) on the log-probs of every rank."""
         split, mask = self.split, b.loss_mask[:, 1:]
         rows = split.rows(b.group)
-        logits, logp, out = self._terms(b.select(rows.mask), adv[rows.mask])
+        entropy, logp, out = self._terms(b.select(rows.mask), adv[rows.mask])
         share = self.aggregate(split.scatter(out.per_token, rows), mask, b.group)
-        local = torch.stack((logp.detach(), _token_entropy(logits.detach())), dim=1)
+        local = torch.stack((logp.detach(), entropy), dim=1)
         logp_all, entropy_all = split.gather(local, rows).unbind(dim=1)
         with torch.no_grad():
             whole = self.loss_fn(logp_all, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
@@ -189,7 +213,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             return self._skip_nonfinite("loss", {"loss": float("nan"), "grad_norm": float("nan")})
+        t0 = time.perf_counter()
         objective.backward()
+        t1 = time.perf_counter()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -209,6 +235,7 @@ class Trainer:
             return self._skip_nonfinite("weights after the update", {"loss": loss.item(), "grad_norm": float(grad_norm)})
         self.lr_schedule.step()
         self.nonfinite_streak = 0
+        self.timings.update(backward=t1 - t0, optimizer=time.perf_counter() - t1)
         return {"loss": loss.item(), "grad_norm": float(grad_norm), "train/nan_skipped": 0.0}
 
     def _skip_nonfinite(self, what: str, stats: dict[str, float]) -> dict[str, float]:

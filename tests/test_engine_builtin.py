@@ -193,3 +193,29 @@ def test_length_budget_beyond_context_is_a_user_error():
 
     with pytest.raises(UserError, match="max_seq_len"):
         engine().generate(PROMPTS, 1, Length(max_new_tokens=200), seed=0)
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_dropping_finished_sequences_changes_no_sample(monkeypatch, ignore_eos):
+    """Finished rows leave the model's batch (COMPACT_AT); the samples are those of the uncompacted batch."""
+    from scalerl.engines import builtin
+
+    phrase = " " + INTERRUPTION_PHRASE
+    length = Length(max_new_tokens=60, lo=5, hi=30, phrase=phrase, answer_budget=3)
+    runs = {}
+    for at in (0.0, 0.75, 1.0):  # never, the default, at every step
+        monkeypatch.setattr(builtin, "COMPACT_AT", at)
+        eng = engine()
+        rows: list[int] = []
+        decode = eng.model.decode_step
+        eng.model.decode_step = lambda tok, *a, **k: (rows.append(tok.numel()), decode(tok, *a, **k))[1]
+        runs[at] = (eng.generate(PROMPTS, 8, length, seed=3, ignore_eos=ignore_eos), rows)
+    (ref, ref_rows) = runs[0.0]
+    assert set(ref_rows) == {16}
+    for at in (0.75, 1.0):
+        out, rows = runs[at]
+        for a, b in zip((s for g in ref for s in g), (s for g in out for s in g)):
+            assert (a.tokens, a.forced, a.versions, a.finished, a.truncated, a.interrupted) == (
+                b.tokens, b.forced, b.versions, b.finished, b.truncated, b.interrupted)
+            torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=1e-5)
+        assert sum(rows) < sum(ref_rows) and min(rows) < 16

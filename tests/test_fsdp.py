@@ -239,8 +239,8 @@ def _assert_same_run(got: list[dict], expected: list[dict]) -> None:
     """Every logged value but timings and compute (two trainer devices, not one) matches."""
     assert [r["step"] for r in got] == [r["step"] for r in expected]
     for g, r in zip(got, expected):
-        keys = [k for k in r if not k.startswith(("time/", "throughput/", "compute/"))]
-        assert keys == [k for k in g if not k.startswith(("time/", "throughput/", "compute/"))]
+        keys = [k for k in r if not k.startswith(("time/", "timing/", "throughput/", "compute/"))]
+        assert keys == [k for k in g if not k.startswith(("time/", "timing/", "throughput/", "compute/"))]
         for key in keys:
             assert g[key] == pytest.approx(r[key], rel=1e-4, abs=1e-6), (g["step"], key)
 

@@ -12,6 +12,8 @@ For models with the :class:`scalerl.models.tiny.TinyLM` decode interface (``new_
 
 All ``len(prompts) * n`` sequences advance together, one token each per step, so every live sequence has
 the same number of completion tokens at any step; the per-sequence state machine is a handful of tensors.
+Finished sequences are dropped from the model's batch as they accumulate (``COMPACT_AT``), so a batch whose
+mean completion is far below the longest one does not pay for the finished rows.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 
 _NEVER = 1 << 40  # a budget no sequence reaches
+# finished sequences leave the model's batch (its KV cache rows copied out) once the live ones are at most this
+# fraction of it: each decode step then costs what the live sequences need, for a copy every few steps
+COMPACT_AT = 0.75
 
 
 def left_pad(prompts: list[list[int]], pad_id: int, repeat: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,11 +46,14 @@ def left_pad(prompts: list[list[int]], pad_id: int, repeat: int = 1) -> tuple[to
     return ids, mask
 
 
-def sample_tokens(logits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+def sample_tokens(logits: torch.Tensor, generator: torch.Generator, uniforms: torch.Tensor | None = None) -> torch.Tensor:
     """One token per row of ``logits`` [N, V], drawn at temperature 1 by inverting the CDF with one uniform
-    per row (several times faster on CPU than ``torch.multinomial``, which draws V exponentials per row)."""
+    per row (several times faster on CPU than ``torch.multinomial``, which draws V exponentials per row).
+    ``uniforms`` [N, 1]: those uniforms, drawn by the caller (else from ``generator``)."""
     cdf = torch.softmax(logits.float(), -1).cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device) * cdf[:, -1:]
+    if uniforms is None:
+        uniforms = torch.rand(cdf.shape[0], 1, generator=generator, device=cdf.device)
+    u = uniforms * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp_(max=cdf.shape[1] - 1)
 
 
@@ -150,10 +158,16 @@ class BuiltinEngine(InFlightWeights):
         cache = model.new_cache(n_seq, p_max + max_new)
         self._poll(weight_source)
         logits = model.prefill(ids.to(device), key_mask[:, :p_max], cache)
+        rows = torch.arange(n_seq, device=device)  # the sequence in each row of the model's batch
         for t in range(max_new):
-            tok = sample_tokens(logits, gen)
+            # a uniform for every sequence, live or not: the draws do not depend on when rows are dropped
+            sampled = sample_tokens(logits, gen, torch.rand(n_seq, 1, generator=gen, device=device)[rows])
+            tok = torch.full((n_seq,), self.tokenizer.pad_id, dtype=torch.long, device=device).index_copy_(
+                0, rows, sampled)
+            lp = torch.zeros(n_seq, dtype=torch.float32, device=device).index_copy_(
+                0, rows, token_logprobs(logits, sampled).float())
             live = ~done
-            tok, lp = stops.override(t, tok, token_logprobs(logits, tok).float(), live)
+            tok, lp = stops.override(t, tok, lp, live)
             out_tok[:, t] = torch.where(live, tok, self.tokenizer.pad_id)
             out_lp[:, t] = torch.where(live, lp, 0.0)
             out_forced[:, t] = stops.forcing & live
@@ -168,12 +182,18 @@ class BuiltinEngine(InFlightWeights):
             finished |= ended
             truncated |= cut
             done |= ended | cut
-            if bool(done.all()):
+            keep = ~done[rows]
+            n_live = int(keep.sum())  # the one host sync per decode step
+            if n_live == 0:
                 break
+            if n_live <= COMPACT_AT * rows.numel():  # drop finished sequences from the model's batch
+                kept = keep.nonzero().squeeze(1)
+                rows, positions, key_mask = rows[kept], positions[kept], key_mask[kept]
+                cache = cache.index_select(2, kept)
 
             self._poll(weight_source)
             key_mask[:, p_max + t] = True
-            logits = model.decode_step(tok, positions, cache, p_max + t, key_mask[:, : p_max + t + 1])
+            logits = model.decode_step(tok[rows], positions, cache, p_max + t, key_mask[:, : p_max + t + 1])
             positions = positions + 1
 
         self.last_stats = {"steps": float(t + 1), "tokens": float(lengths.sum())}

@@ -68,23 +68,26 @@ class GeneratorWorker:
             seed=requests[0].seed,
             weight_source=weight_source,
         )
+        seconds = (time.perf_counter() - t0) / len(requests)
         batches, start = [], 0
         for request, ps in zip(requests, problems):
             part = samples[start : start + len(ps)]
             start += len(ps)
+            t1 = time.perf_counter()
             verdicts = [[self.task.grade(p, s.text) for s in group] for p, group in zip(ps, part)]
-            batches.append(
-                collate(
-                    request,
-                    ps,
-                    part,
-                    verdicts,
-                    pad_id=self.tokenizer.pad_id,
-                    reward_correct=self.cfg.reward.correct,
-                    reward_incorrect=self.cfg.reward.incorrect,
-                    length_control=self.length,
-                )
+            t2 = time.perf_counter()
+            batch = collate(
+                request,
+                ps,
+                part,
+                verdicts,
+                pad_id=self.tokenizer.pad_id,
+                reward_correct=self.cfg.reward.correct,
+                reward_incorrect=self.cfg.reward.incorrect,
+                length_control=self.length,
             )
+            batch.timings = {"generate": seconds, "grade": t2 - t1, "collate": time.perf_counter() - t2}
+            batches.append(batch)
         busy = (time.perf_counter() - t0) / len(requests)  # engine, grading, collation; shared by the k batches
         for b in batches:
             b.gen_seconds = busy

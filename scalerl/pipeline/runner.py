@@ -188,9 +188,11 @@ def _run(
         return time.perf_counter() - start
 
     def run_eval() -> None:
+        t0 = time.perf_counter()
         ranks.refresh(eval_model, model)
         res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
         record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
+        record["timing/eval_s"] = time.perf_counter() - t0
         record.update(forecaster.update(meter.device_hours, res["val/pass_rate"]))
         log.log(record)
         display.eval(record)
@@ -216,6 +218,7 @@ def _run(
         )
 
     # a resumed run that already evaluated at its checkpoint step must not evaluate there again
+    carried: dict[str, float] = {}
     last_eval_step = max((int(r["step"]) for r in read_metrics(out) if "val/pass_rate" in r), default=-1)
     try:
         with display:
@@ -234,14 +237,18 @@ def _run(
                     backend.submit(issued)
                 t0 = time.perf_counter()
                 batch = backend.next_batch(step)
-                t_train = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
+                t_batch = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
                 stats = ranks.step(trainer, batch)
                 _update_curriculum(curriculum, batch)
+                t_publish = time.perf_counter()
                 if trainer.version % schedule.group == 0:
                     backend.publish(ranks.weights(model), trainer.version)
+                timing = {f"timing/{k}_s": v for k, v in {**batch.timings, **trainer.timings}.items()}
+                # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
+                timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
                 prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
                 meter.add_generation(batch.gen_seconds, prompt_tokens, int(batch.completion_lengths.sum()))
-                meter.add_training(time.perf_counter() - t_train, int(stats["train/tokens_kept"]))
+                meter.add_training(time.perf_counter() - t_batch, int(stats["train/tokens_kept"]))
                 del pending[step]
                 step += 1
                 progress["trained"] = True
@@ -253,7 +260,10 @@ def _run(
                     "curriculum/retired": float(curriculum.retired),
                     "throughput/samples_per_s": batch.n / max(time.perf_counter() - t0, 1e-9),
                     "throughput/gen_seconds": batch.gen_seconds,
+                    **timing,
+                    **carried,  # the checkpoint written after the previous step
                 }
+                carried = {}
                 log.log(record)
                 log.consumed(step, batch.problem_ids)
                 display.step(record)
@@ -261,7 +271,9 @@ def _run(
                     run_eval()
                     last_eval_step = step
                 if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+                    t_ckpt = time.perf_counter()
                     checkpoint()
+                    carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
             if last_eval_step != step:
                 run_eval()
                 checkpoint()

@@ -1,0 +1,168 @@
+"""Where an RL step's time goes: scalerl's ``timing/<phase>_s`` next to TRL's ``GRPOTrainer`` in the same phases.
+
+Same set-up as ``bench/rl_vs_trl.py`` (same model, batch, cap, loss, threads; see its docstring). scalerl's
+phases are the ones it logs in metrics.jsonl every step (design.md); TRL's are timed here by wrapping its
+own methods on the trainer instance (nothing in TRL is changed or slowed):
+
+  generate         TRL ``_generate_single_turn``             scalerl ``timing/generate_s``
+  grade            TRL ``_calculate_rewards``                scalerl ``timing/grade_s``
+  collate          TRL rest of ``_generate_and_score_completions`` (padding, advantages)
+                                                             scalerl ``timing/collate_s``
+  logprob_forward  TRL ``compute_loss`` (forward + loss)     scalerl ``timing/logprob_forward_s``
+  backward         TRL ``training_step`` minus the above     scalerl ``timing/backward_s``
+  optimizer        TRL pre- to post-optimizer-step callbacks (clipping, AdamW)
+                                                             scalerl ``timing/optimizer_s``
+  publish          -                                         scalerl ``timing/publish_s`` (weights to the generator)
+  other            step wall-clock minus the phases above (logging, the driver loop, TRL's Trainer loop)
+
+Seconds per step, mean over the steps after ``--warmup-steps``, median over interleaved rounds
+(``bench/rounds.py``; busy-machine rounds flagged loudly).
+
+    python bench/profile_step.py [--steps 6] [--rounds 3] [--threads N] [--backend inline] [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py, bench/rl_vs_trl.py
+import rl_vs_trl  # noqa: E402
+import rounds  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from scalerl.build import build_task  # noqa: E402
+from scalerl.errors import UserError  # noqa: E402
+from scalerl.pipeline.runner import train  # noqa: E402
+from scalerl.runlog import read_metrics  # noqa: E402
+
+PHASES = ("generate", "grade", "collate", "logprob_forward", "backward", "optimizer", "publish")
+
+
+def scalerl_profile(cfg: Any, warmup_steps: int) -> dict[str, float]:
+    """Mean seconds per step of each ``timing/<phase>_s`` and of the step, after ``warmup_steps``."""
+    with tempfile.TemporaryDirectory(prefix="scalerl-profile-") as out:
+        train(cfg, out, show_progress=False)
+        lines = [r for r in read_metrics(Path(out)) if "loss" in r]
+    walls = [r["time/wall_s"] for r in lines]
+    timed = lines[warmup_steps:]
+    n = len(timed)
+    phases = {p: sum(r.get(f"timing/{p}_s", 0.0) for r in timed) / n for p in PHASES}
+    return {**phases, "step": (walls[-1] - walls[warmup_steps - 1]) / n}
+
+
+class TRLClock:
+    """Wraps a ``GRPOTrainer``'s methods to add up seconds per phase; ``snapshot`` marks the warm-up's end."""
+
+    def __init__(self, warmup_steps: int) -> None:
+        self.total: dict[str, float] = defaultdict(float)
+        self.warm: dict[str, float] = {}
+        self.ends: list[float] = []
+        self.warmup_steps = warmup_steps
+
+    def wrap(self, obj: Any, method: str, phase: str) -> None:
+        fn = getattr(obj, method)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.total[phase] += time.perf_counter() - t0
+
+        setattr(obj, method, timed)
+
+    def instrument(self, trainer: Any) -> None:
+        from transformers import TrainerCallback
+
+        for method, phase in (("_generate_single_turn", "generate"), ("_calculate_rewards", "grade"),
+                              ("_generate_and_score_completions", "prepare"), ("compute_loss", "logprob_forward"),
+                              ("training_step", "training_step")):
+            self.wrap(trainer, method, phase)
+        clock = self
+
+        class Optimizer(TrainerCallback):
+            def on_pre_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+                clock._opt = time.perf_counter()
+
+            def on_optimizer_step(self, args, state, control, **kwargs):  # noqa: ANN001
+                clock.total["optimizer"] += time.perf_counter() - clock._opt
+
+            def on_step_end(self, args, state, control, **kwargs):  # noqa: ANN001
+                clock.ends.append(time.perf_counter())
+                if len(clock.ends) == clock.warmup_steps:
+                    clock.warm = dict(clock.total)
+
+        trainer.add_callback(Optimizer())
+
+    def profile(self) -> dict[str, float]:
+        t = {k: v - self.warm.get(k, 0.0) for k, v in self.total.items()}
+        n = len(self.ends) - self.warmup_steps
+        step = (self.ends[-1] - self.ends[self.warmup_steps - 1]) / n
+        # training_step = _prepare_inputs (generation, grading, collation) + compute_loss + backward
+        backward = t["training_step"] - t["prepare"] - t["logprob_forward"]
+        collate = t["prepare"] - t["generate"] - t["grade"]
+        return {"generate": t["generate"] / n, "grade": t["grade"] / n, "collate": collate / n,
+                "logprob_forward": t["logprob_forward"] / n, "backward": backward / n,
+                "optimizer": t["optimizer"] / n, "publish": 0.0, "step": step}
+
+
+def trl_profile(cfg: Any, warmup_steps: int, threads: int) -> dict[str, float]:
+    clock = TRLClock(warmup_steps)
+    rl_vs_trl.run_trl(cfg, warmup_steps, threads, instrument=clock.instrument)
+    return clock.profile()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=6, help="RL steps per run, warm-up included")
+    ap.add_argument("--warmup-steps", type=int, default=1)
+    ap.add_argument("--backend", default="inline", choices=["inline", "local"],
+                    help="scalerl backend (local: generator phases overlap the trainer's)")
+    rounds.add_arguments(ap)
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args()
+    if args.steps <= args.warmup_steps or args.warmup_steps < 1:
+        ap.error("need 1 <= --warmup-steps < --steps")
+    try:
+        threads = args.threads if args.backend == "inline" else max(1, args.threads // 2)
+        cfg = rl_vs_trl.bench_config(args.overrides, args.steps, args.backend, threads)
+        trl_cfg = rl_vs_trl.bench_config(args.overrides, args.steps, "inline", args.threads)
+        rl_vs_trl.warmed_policy(cfg, build_task(cfg.task))  # the warm-up cache, outside every timing
+        names = (f"scalerl {args.backend}", "TRL GRPOTrainer")
+        res = rounds.interleave({names[0]: lambda: scalerl_profile(cfg, args.warmup_steps),
+                                 names[1]: lambda: trl_profile(trl_cfg, args.warmup_steps, args.threads)},
+                                args.rounds, args.threads)
+    except UserError as exc:
+        ap.exit(UserError.exit_code, f"error: {exc}\n")
+    table = Table(title=f"seconds per RL step by phase: {cfg.batch.prompts} x {cfg.batch.generations}, d_model "
+                        f"{cfg.model.d_model}, {cfg.model.n_layers} layers, {args.threads} threads "
+                        f"(median over {args.rounds} rounds)")
+    table.add_column("phase")
+    for name in names:
+        table.add_column(name, justify="right")
+        table.add_column("share", justify="right")
+    med = {name: {k: statistics.median(r.values[k] for r in res.side(name)) for k in (*PHASES, "step")}
+           for name in names}
+    for phase in (*PHASES, "other", "step"):
+        cells = []
+        for name in names:
+            m = med[name]
+            v = m["step"] - sum(m[p] for p in PHASES) if phase == "other" else m[phase]
+            cells += [f"{v:.3f}", f"{v / m['step']:.0%}"]
+        table.add_row(phase, *cells)
+    rounds.console.print(table)
+    if args.backend == "local":
+        rounds.console.print("local: generate/grade/collate run in the generator process, beside the trainer's "
+                             "phases; 'other' is then negative by the overlap")
+    rounds.warn_if_busy(res)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""The update's forward over length buckets (trimmed padding) gives the same loss, gradients, log-probs and
+entropy as one forward over the whole right-padded batch (§3.2-§3.4 unchanged, fewer tokens computed)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from scalerl import trainer as trainer_mod
+from scalerl.build import build_model
+from scalerl.config import load_config
+from scalerl.models.fp32_head import token_logprobs
+from scalerl.pipeline.batch import RolloutBatch
+from scalerl.pipeline.schedules import SCHEDULES
+from scalerl.trainer import Trainer, _token_entropy
+
+SETS = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.max_seq_len=64", "threads=1",
+        "algo.zero_variance_filter=false"]
+
+
+def ragged_batch(n: int = 40, groups: int = 10, seed: int = 0) -> RolloutBatch:
+    """``n`` right-padded sequences: prompts of 3-6 tokens, completions of 0-40 (most short, a few long)."""
+    g = torch.Generator().manual_seed(seed)
+    prompt = torch.randint(3, 7, (n,), generator=g)
+    completion = torch.randint(0, 12, (n,), generator=g)
+    completion[::9] = 40  # a few long ones set the padded width
+    width = int((prompt + completion).max())
+    ids = torch.zeros(n, width, dtype=torch.long)
+    attn = torch.zeros(n, width, dtype=torch.bool)
+    loss_mask = torch.zeros(n, width)
+    gen_lp = torch.zeros(n, width)
+    for i in range(n):
+        p, c = int(prompt[i]), int(completion[i])
+        ids[i, : p + c] = torch.randint(3, 30, (p + c,), generator=g)
+        attn[i, : p + c] = True
+        loss_mask[i, p : p + c] = 1.0
+        gen_lp[i, p : p + c] = -torch.rand(c, generator=g) * 3
+    rewards = torch.where(torch.rand(n, generator=g) < 0.4, 1.0, -1.0)
+    return RolloutBatch(
+        index=0, problem_ids=[str(i) for i in range(groups)], group=torch.arange(n) % groups, input_ids=ids,
+        attention_mask=attn, loss_mask=loss_mask, gen_logprobs=gen_lp, versions=torch.zeros(n, width, dtype=torch.long),
+        rewards=rewards, correct=rewards > 0, truncated=torch.zeros(n, dtype=torch.bool),
+        interrupted=torch.zeros(n, dtype=torch.bool), completion_lengths=completion,
+    )
+
+
+def padded_terms(tr: Trainer, b: RolloutBatch, adv: torch.Tensor):
+    """The update's terms as computed before bucketing: one forward over the whole padded batch."""
+    logits = tr.model(b.input_ids[:, :-1], b.attention_mask[:, :-1])
+    logp = token_logprobs(logits, b.input_ids[:, 1:]).float()
+    mask = b.loss_mask[:, 1:]
+    return _token_entropy(logits.detach()), logp, tr.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask,
+                                                               seq_lengths=mask.sum(dim=1))
+
+
+def loss_and_grads(tr: Trainer, terms, b: RolloutBatch, adv: torch.Tensor):
+    tr.model.zero_grad(set_to_none=True)
+    entropy, logp, out = terms(tr, b, adv)
+    mask = b.loss_mask[:, 1:]
+    loss = tr.aggregate(out.per_token, mask, b.group)
+    loss.backward()
+    grads = {k: p.grad.clone() for k, p in tr.model.named_parameters()}
+    return loss.detach(), grads, entropy * mask, logp.detach() * mask
+
+
+@pytest.mark.parametrize("preset", ["scalerl", "grpo_deepseek"])
+def test_bucketed_update_matches_the_padded_batch(monkeypatch, preset):
+    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # 5 buckets of 8 rows
+    cfg = load_config(preset, None, SETS)
+    tr = Trainer(build_model(cfg.model, 0).model, cfg, SCHEDULES.get("pipeline_rl")(2))
+    tr.model.train()
+    b = ragged_batch()
+    from scalerl import algo
+
+    adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
+    ref = loss_and_grads(tr, padded_terms, b, adv)
+    new = loss_and_grads(tr, Trainer._terms, b, adv)
+    torch.testing.assert_close(new[0], ref[0], atol=1e-6, rtol=1e-6)
+    for k in ref[1]:
+        torch.testing.assert_close(new[1][k], ref[1][k], atol=1e-6, rtol=1e-5, msg=k)
+    torch.testing.assert_close(new[2], ref[2], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(new[3], ref[3], atol=1e-5, rtol=1e-5)
+
+
+def test_update_forwards_only_the_buckets_real_width(monkeypatch):
+    """The model sees each bucket trimmed to its longest sequence: far fewer token positions than N x T."""
+    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)
+    cfg = load_config("scalerl", None, SETS)
+    tr = Trainer(build_model(cfg.model, 0).model, cfg, SCHEDULES.get("pipeline_rl")(2))
+    seen: list[int] = []
+    tr.model.register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
+    b = ragged_batch()
+    tr.step(b)
+    n, t = b.input_ids.shape
+    lengths = b.attention_mask.sum(1).sort().values
+    expected = sum(max(2, int(c.max())) - 1 for c in lengths.split(8) for _ in c)
+    assert sum(seen) == expected < 0.6 * n * (t - 1)
+    for phase in ("logprob_forward", "backward", "optimizer"):
+        assert tr.timings[phase] >= 0.0
+
+
+def test_collate_pads_right_and_weights_only_sampled_tokens():
+    """Hand-worked: two completions of one prompt, one with a forced token, one empty."""
+    from scalerl.algo.length_control import LengthControl
+    from scalerl.engines.base import Sample
+    from scalerl.pipeline.batch import Request, collate
+    from scalerl.tasks.base import Problem
+
+    a = Sample([1, 5], tokens=[7, 8, 9], logprobs=[-0.5, 0.0, -1.5], versions=[3, 3, 4], forced=[False, True, False])
+    b = Sample([1, 5])
+    batch = collate(Request(0, ["p"], 0), [Problem("p", "x", "y")], [[a, b]], [[True, False]], pad_id=0,
+                    reward_correct=1.0, reward_incorrect=-1.0, length_control=LengthControl())
+    assert batch.input_ids.tolist() == [[1, 5, 7, 8, 9], [1, 5, 0, 0, 0]]
+    assert batch.attention_mask.tolist() == [[True] * 5, [True, True, False, False, False]]
+    assert batch.loss_mask.tolist() == [[0, 0, 1, 0, 1], [0] * 5]
+    assert batch.gen_logprobs.tolist() == [[0, 0, -0.5, 0, -1.5], [0] * 5]
+    assert batch.versions.tolist() == [[-1, -1, 3, 3, 4], [-1] * 5]
+    assert batch.rewards.tolist() == [1.0, -1.0] and batch.completion_lengths.tolist() == [3, 0]
+
+
+def test_every_phase_of_a_step_is_timed_in_metrics(tmp_path):
+    """design.md: timing/<phase>_s on every step line (eval on eval lines, checkpoint after one was written)."""
+    from scalerl.pipeline.runner import train
+    from scalerl.runlog import read_metrics
+
+    cfg = load_config("scalerl", None, [
+        *SETS, "batch.prompts=2", "batch.generations=2", "task.n_train=16", "task.n_val=4", "eval.n_samples=1",
+        "eval.every=2", "checkpoint_every=1", "warmup.steps=0", "algo.length.params.max_new_tokens=36",
+        "algo.length.params.think_lo=6", "algo.length.params.think_hi=10", "algo.length.params.answer_budget=4",
+        "tensorboard=false", "steps=3",
+    ])
+    train(cfg, tmp_path, show_progress=False)
+    lines = read_metrics(tmp_path)
+    steps = [r for r in lines if "loss" in r]
+    phases = ("generate", "grade", "collate", "wait", "logprob_forward", "backward", "optimizer", "publish")
+    for r in steps:
+        for phase in phases:
+            assert r[f"timing/{phase}_s"] >= 0.0, (phase, r["step"])
+    assert all("timing/checkpoint_s" in r for r in steps[1:])
+    assert all(r["timing/eval_s"] > 0.0 for r in lines if "val/pass_rate" in r)
