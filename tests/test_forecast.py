@@ -1,0 +1,77 @@
+"""The live forecast and fit.json (§2): an unidentified A is shown as a lower bound, never the search's bound as an
+estimate; fit.json carries the paper's extrapolation check (fit on the first half, scored on the second)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from scalerl.config import ForecastConfig, load_config
+from scalerl.curves.sigmoid import sigmoid
+from scalerl.forecast import Forecaster, describe_A, describe_record
+from scalerl.progress import RunDisplay
+
+
+def test_unidentified_A_reads_as_a_lower_bound_with_its_reason():
+    assert describe_A(0.62, 0.58, 0.66, True, True) == "A = 0.620 [0.580, 0.660]"
+    text = describe_A(1.0, 0.404, 1.0, False, False)
+    assert text == "A ≥ 0.40, not identified yet: the run has not passed Cmid"
+    assert "1.0" not in text  # the search's upper bound is no estimate
+    assert describe_A(1.0, 0.45, 1.0, False, True).endswith("the interval on A is open at the top")
+
+
+def test_live_display_shows_the_bound_not_the_search_limit():
+    out = io.StringIO()
+    display = RunDisplay(load_config(), enabled=True, console=Console(file=out, width=200))
+    record = {"step": 300, "val/pass_rate": 0.494, "compute/device_hours": 0.2, "forecast/A": 1.0,
+              "forecast/A_lo": 0.399, "forecast/A_hi": 1.0, "forecast/Cmid": 1.015, "forecast/identified": 0.0}
+    assert describe_record(record) == "A ≥ 0.40, not identified yet: the run has not passed Cmid"
+    with display:
+        display.start(300, {})
+        display.eval(record)
+    shown = out.getvalue()
+    assert "A ≥ 0.40, not identified yet" in shown and "1.000" not in shown
+
+
+def _curve(n: int = 24, noise: float = 0.004, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    x = np.linspace(0, 3.0, n)
+    y = sigmoid(x, 0.2, 0.7, 2.0, 0.8) + noise * np.random.default_rng(seed).standard_normal(n)
+    y[0] = 0.2
+    return x, y
+
+
+def test_fit_json_holds_the_half_budget_extrapolation_check(tmp_path):
+    x, y = _curve()
+    fc = Forecaster(ForecastConfig())
+    for xi, yi in zip(x, y):
+        fc.update(float(xi), float(yi))
+    summary = fc.write_final(tmp_path, "t")
+    data = json.loads((tmp_path / "fit.json").read_text())
+    check = data["extrapolation"]
+    assert summary["extrapolation"] == check
+    assert data["fits"][0]["identified"] and data["fits"][0]["A"] == pytest.approx(0.7, abs=0.03)
+    # hand-check: the evaluations after half the compute are the held-out ones, scored against the half fit
+    later = x > 1.5
+    assert check["n"] == int(later.sum()) and check["fit_until"] <= 1.5
+    from scalerl import curves
+
+    half = curves.fit_curve(x[~later], y[~later], ci=False)
+    err = np.abs(y[later] - half.predict(x[later]))
+    assert check["mean_abs_err"] == pytest.approx(err.mean(), abs=1e-9)
+    assert check["max_abs_err"] == pytest.approx(err.max(), abs=1e-9)
+    assert check["end_true"] == pytest.approx(y[-1]) and abs(check["end_pred"] - y[-1]) < 0.03
+    lo, hi = check["A_ci"]
+    assert check["covers_full_A"] == (lo <= data["fits"][0]["A"] <= hi)
+
+
+def test_fit_json_says_why_there_is_no_check_when_the_half_is_too_short(tmp_path):
+    fc = Forecaster(ForecastConfig())
+    x = np.array([0.0, 0.5, 6, 7, 8, 9, 10, 11]) / 5  # the first half holds one evaluation after R0
+    for xi, yi in zip(x, sigmoid(x, 0.2, 0.7, 2.0, 0.8)):
+        fc.update(float(xi), float(yi))
+    data = json.loads((tmp_path / "fit.json").read_text()) if fc.write_final(tmp_path, "t")["fit"] else None
+    assert data is not None and "note" in data["extrapolation"] and "mean_abs_err" not in data["extrapolation"]
