@@ -75,3 +75,40 @@ def test_fit_json_says_why_there_is_no_check_when_the_half_is_too_short(tmp_path
         fc.update(float(xi), float(yi))
     data = json.loads((tmp_path / "fit.json").read_text()) if fc.write_final(tmp_path, "t")["fit"] else None
     assert data is not None and "note" in data["extrapolation"] and "mean_abs_err" not in data["extrapolation"]
+
+
+def test_demo_budget_is_steps_with_a_time_cap_as_safety_net(monkeypatch, tmp_path, capsys):
+    """The demo's curve must not depend on the machine's load: its RL budget is a step count."""
+    import scalerl.pipeline.runner as runner
+    from scalerl.cli import main
+    from scalerl.commands.train import DEMO_SAFETY_MINUTES, DEMO_STEPS
+
+    seen = []
+
+    def fake_train(cfg, out, resume, show_progress):
+        seen.append(cfg)
+        return {"fit": None, "points": 0}
+
+    monkeypatch.setattr(runner, "train", fake_train)
+    main(["demo", "--out", str(tmp_path / "d"), "--quiet"])
+    main(["demo", "--out", str(tmp_path / "d"), "--quiet", "--steps", "40", "--minutes", "2"])
+    assert [(c.steps, c.max_minutes) for c in seen] == [(DEMO_STEPS, DEMO_SAFETY_MINUTES), (40, 2.0)]
+    assert seen[0].task.params["tiers"]  # the demo runs on the testbed
+
+
+def test_end_of_run_summary_prints_the_bound_and_the_extrapolation_check(tmp_path, capsys):
+    from scalerl.commands.train import print_summary
+
+    fit = {"A": 1.0, "A_ci": [0.404, 1.0], "identified": False, "fit_window": [0.01, 0.2], "Cmid": 1.015,
+           "B": 1.03, "R0": 0.371, "x": "compute/device_hours"}
+    print_summary(tmp_path, {"fit": fit, "extrapolation": {"note": "no evaluation after the first half"}})
+    out = capsys.readouterr().out
+    assert "A ≥ 0.40, not identified yet: the run has not passed Cmid" in out and "A = 1.000" not in out
+    assert "extrapolation check (§2): not possible: no evaluation after the first half" in out
+    check = {"n": 6, "mean_abs_err": 0.012, "max_abs_err": 0.025, "end_pred": 0.61, "end_true": 0.6,
+             "covers_full_A": True}
+    fit = {**fit, "A": 0.62, "A_ci": [0.58, 0.66], "identified": True, "fit_window": [0.01, 3.0]}
+    print_summary(tmp_path, {"fit": fit, "extrapolation": check})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "A = 0.620 [0.580, 0.660] (95% interval)" in out
+    assert "mean |error| 0.012, max 0.025" in out and "covers the full run's A" in out

@@ -113,7 +113,8 @@ def higher_A_claim(candidates: list[Pooled], dapo: Pooled) -> Claim:
 
 def loo_claim(base: Pooled, variants: list[Pooled]) -> Claim:
     """§4/§5.5: every leave-one-out variant's A is within the margin of the base's, while efficiency (B at the
-    common A) moves by more than the base's own seed-to-seed spread for at least one of them."""
+    common A) moves by more than the base's own seed-to-seed spread for at least one of them. "no" when some
+    variant's A moves beyond the margin; "inconclusive" when nothing moves or a fit is not identified."""
     spread = max((abs(math.log(a.B / b.B)) for a in base.seeds for b in base.seeds), default=0.0)
     rows, dA, dB = [], [], []
     for v in variants:
@@ -126,12 +127,10 @@ def loo_claim(base: Pooled, variants: list[Pooled]) -> Claim:
     b_moves = any(abs(d) > spread for d in dB)
     if not identified:
         verdict: Verdict = "inconclusive"
-    elif a_small and b_moves:
-        verdict = "yes"
-    elif not a_small and not b_moves:
-        verdict = "no"
+    elif not a_small:
+        verdict = "no"  # the paper's reading is that every LOO variant keeps A within the margin
     else:
-        verdict = "inconclusive"
+        verdict = "yes" if b_moves else "inconclusive"
     numbers = (
         f"{'; '.join(rows)} (B at the common A; the base's seed-to-seed B spread is x{math.exp(spread):.2f}; "
         f"max |ΔA| {max((abs(d) for d in dA), default=0):.3f} vs margin {MARGIN})"
