@@ -94,7 +94,7 @@ def main() -> None:
     sets = list(args.sets)
     budget = budget_overrides(None, args.minutes)
     if args.quick:
-        sets = [*yaml.safe_load(QUICK.read_text())["set"], "eval.every=2", *sets]
+        sets = [*yaml.safe_load(QUICK.read_text())["set"], *sets]
         budget = budget_overrides(8, None)
     sweep = plan(args.seeds, budget, sets)
     run_sequential(sweep, args.out, show_progress=False)

@@ -10,7 +10,7 @@ import typer
 
 DEMO_OUT = "runs/demo"
 # The demo's RL budget is a step count, so its curve is the same for the same seed whatever the machine's load;
-# the time cap is only a safety net (docs/experiments.md: about N steps/s on 2 idle cores).
+# the time cap is only a safety net (docs/experiments.md).
 DEMO_STEPS = 300
 DEMO_SAFETY_MINUTES = 20.0
 
