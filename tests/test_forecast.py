@@ -112,3 +112,18 @@ def test_end_of_run_summary_prints_the_bound_and_the_extrapolation_check(tmp_pat
     out = " ".join(capsys.readouterr().out.split())
     assert "A = 0.620 [0.580, 0.660] (95% interval)" in out
     assert "mean |error| 0.012, max 0.025" in out and "covers the full run's A" in out
+
+
+def test_demo_checks_itself_against_the_issue_targets():
+    from scalerl.commands.train import demo_checks
+
+    good = {"fit": {"A": 0.62, "A_ci": [0.58, 0.66], "identified": True},
+            "extrapolation": {"end_pred": 0.61, "end_true": 0.595}}
+    assert [ok for ok, _ in demo_checks(good)] == [True, True, True]
+    wide = {**good, "fit": {**good["fit"], "A_ci": [0.5, 0.7]}}
+    assert [ok for ok, _ in demo_checks(wide)] == [True, False, True]
+    off = {**good, "extrapolation": {"end_pred": 0.66, "end_true": 0.6}}
+    assert [ok for ok, _ in demo_checks(off)] == [True, True, False]
+    unidentified = {"fit": {"A": 1.0, "A_ci": [0.4, 1.0], "identified": False}, "extrapolation": {"note": "x"}}
+    assert [ok for ok, _ in demo_checks(unidentified)] == [False, False, False]
+    assert demo_checks({"fit": None}) == []

@@ -13,6 +13,31 @@ DEMO_OUT = "runs/demo"
 # the time cap is only a safety net (docs/experiments.md).
 DEMO_STEPS = 300
 DEMO_SAFETY_MINUTES = 20.0
+# what the demo checks of itself at the end (issue #11): A identified with a 95% interval at most this wide, and
+# the fit on the first half of the compute predicting the last evaluation within this much
+DEMO_MAX_CI_WIDTH = 0.15
+DEMO_MAX_HALF_ERROR = 0.03
+
+
+def demo_checks(summary: dict) -> list[tuple[bool, str]]:
+    """(passed, what) for each of the demo's self-checks; empty when there is no fit at all."""
+    fit, check = summary.get("fit"), summary.get("extrapolation") or {}
+    if fit is None:
+        return []
+    lo, hi = fit["A_ci"] or (None, None)
+    width = hi - lo if lo is not None and hi is not None else float("inf")
+    out = [
+        (bool(fit["identified"]), "A identified (the run passed Cmid and the interval on A is closed)"),
+        (fit["identified"] and width <= DEMO_MAX_CI_WIDTH,
+         f"95% interval on A {width:.3f} wide (at most {DEMO_MAX_CI_WIDTH})"),
+    ]
+    if "end_pred" in check:
+        err = abs(check["end_pred"] - check["end_true"])
+        out.append((err <= DEMO_MAX_HALF_ERROR, f"half-budget forecast of the last evaluation off by {err:.3f} "
+                    f"(at most {DEMO_MAX_HALF_ERROR})"))
+    else:
+        out.append((False, "half-budget forecast: not possible"))
+    return out
 
 
 def config_from_cli(preset: str | None, config: Path | None, sets: list[str]):
@@ -145,3 +170,7 @@ def register(app: typer.Typer) -> None:
             shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted
         summary = run_train(cfg, out, resume=False, show_progress=not quiet)
         print_summary(out, summary)
+        from rich.console import Console
+
+        for ok, what in demo_checks(summary):
+            Console().print(f"check: {'[green]pass[/green]' if ok else '[red]FAIL[/red]'}  {what}")
