@@ -65,7 +65,12 @@ def test_fit_json_holds_the_half_budget_extrapolation_check(tmp_path):
     assert check["max_abs_err"] == pytest.approx(err.max(), abs=1e-9)
     assert check["end_true"] == pytest.approx(y[-1]) and abs(check["end_pred"] - y[-1]) < 0.03
     lo, hi = check["A_ci"]
-    assert check["covers_full_A"] == (lo <= data["fits"][0]["A"] <= hi)
+    assert check["covers_full_A"] == ((lo <= data["fits"][0]["A"] <= hi) if check["identified"] else None)
+    from scalerl.curves.extrapolation import HeldOut
+
+    vacuous = HeldOut(1.0, 3, 0.01, 0.02, 1.0, 0.6, 0.6, A_ci=(0.4, 1.0), identified=False)
+    assert vacuous.covers(0.7) is None  # an interval open at the top covers anything: no evidence
+    assert HeldOut(1.0, 3, 0.01, 0.02, 0.7, 0.6, 0.6, A_ci=(0.65, 0.75), identified=True).covers(0.8) is False
 
 
 def test_fit_json_says_why_there_is_no_check_when_the_half_is_too_short(tmp_path):

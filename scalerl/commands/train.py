@@ -96,12 +96,13 @@ def print_summary(out: Path, summary: dict) -> None:
     )
     check = summary.get("extrapolation") or {}
     if "mean_abs_err" in check:
-        covers = {True: "covers", False: "misses", None: "cannot bound"}[check["covers_full_A"]]
+        covers = {True: "the half fit's interval on A covers the full run's A",
+                  False: "the half fit's interval on A misses the full run's A",
+                  None: "the half fit has not identified A"}[check["covers_full_A"]]
         console.print(
             f"extrapolation check (§2): fitted on the first half of the compute, the curve predicts the second half "
             f"within mean |error| {check['mean_abs_err']:.3f}, max {check['max_abs_err']:.3f} ({check['n']} "
-            f"evaluations; last: predicted {check['end_pred']:.3f}, observed {check['end_true']:.3f}); the half "
-            f"fit's interval on A {covers} the full run's A"
+            f"evaluations; last: predicted {check['end_pred']:.3f}, observed {check['end_true']:.3f}); {covers}"
         )
     elif check:
         console.print(f"extrapolation check (§2): not possible: {check['note']}")

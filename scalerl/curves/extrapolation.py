@@ -33,8 +33,9 @@ class HeldOut:
     identified: bool = False  # whether the half fit identified A
 
     def covers(self, A: float) -> bool | None:
-        """Whether the half fit's interval on A holds ``A`` (None without an interval)."""
-        if self.A_ci is None or None in self.A_ci:
+        """Whether the half fit's interval on A holds ``A``; None when the half fit has no interval or has not
+        identified A (its interval then runs to the search's bound, and covering says nothing)."""
+        if self.A_ci is None or None in self.A_ci or not self.identified:
             return None
         lo, hi = self.A_ci
         return bool(lo <= A <= hi)
