@@ -71,4 +71,6 @@ class RunDisplay:
         self._refresh()
         if not self.enabled:
             return
-        self.console.log(f"step {record['step']}: {self._val}")
+        tiers = [(k.split("/")[2], v) for k, v in record.items() if k.startswith("val/tier/")]
+        by_tier = f"  (by tier: {', '.join(f'{t} {v:.3f}' for t, v in tiers)})" if tiers else ""
+        self.console.log(f"step {record['step']}: {self._val}{by_tier}")

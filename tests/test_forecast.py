@@ -33,8 +33,11 @@ def test_live_display_shows_the_bound_not_the_search_limit():
     with display:
         display.start(300, {})
         display.eval(record)
+        display.eval({"step": 325, "val/pass_rate": 0.5, "val/tier/easy/pass_rate": 0.9,
+                      "val/tier/out_of_reach/pass_rate": 0.0})
     shown = out.getvalue()
     assert "A ≥ 0.40, not identified yet" in shown and "1.000" not in shown
+    assert "(by tier: easy 0.900, out_of_reach 0.000)" in shown  # where the ceiling comes from
 
 
 def _curve(n: int = 24, noise: float = 0.004, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
