@@ -1,61 +1,141 @@
-"""The paper's Fig. 2 at toy scale: ScaleRL against the prevalent recipes at equal compute (§3.11, §5.3).
+"""The paper's comparisons at CPU scale (§3.1, §3.2, §3.11, §5.5) on the built-in testbed.
 
-Runs the presets ``scalerl``, ``grpo_deepseek``, ``dapo_qwen`` and ``minimax`` on the built-in task with the
-same wall-clock budget on the same backend (so the same ``compute/device_hours``), one or more seeds each, then
-analyses them exactly as ``scalerl report`` does: Eq. 1 fitted per run with its interval on A, the ranking by the
-paper's rules (A first, ties within 0.02 broken by B at the common A), and the extrapolation check (fit on the
-first half of each run's compute, error on the second half). Writes ``report.html`` next to the runs and prints
-a table. The baselines are the recipes' own presets; nothing is tuned per recipe.
+Runs, for every seed: the five paper recipes (``scalerl``, ``grpo_deepseek``, ``dapo_qwen``, ``magistral``,
+``minimax``) at equal compute (the same wall-clock budget on the same backend, so the same device-hours), ScaleRL
+with the GSPO loss, and the leave-one-out variants of ``scalerl loo`` (``scalerl.experiments.loo``). All runs
+go into one sweep directory (resumable: a finished run is skipped), named ``<recipe>-s<seed>``. Then:
 
-    python3 bench/replicate.py --minutes 3 --seeds 0          # ~13 minutes on 2 cores
-    python3 bench/replicate.py --minutes 7 --seeds 0 1 --out runs/replicate
+* per recipe, seeds pooled into one Eq. 1 fit: A with its interval, and B (``scalerl.experiments.claims``);
+* the paper's ranking rule over the pooled fits (A first, ties within 0.02 broken by B at the common A);
+* the claims table: PipelineRL more efficient than PPO-off-policy (magistral vs dapo_qwen: the same DAPO recipe
+  on the two schedules), CISPO and GSPO above DAPO in A (scalerl and scalerl+GSPO vs loo-dapo: ScaleRL with only
+  the loss changed), and leave-one-out components moving B more than A;
+* ``report.html`` (per-run fits, held-out checks, diagnostics, with the pooled table and the claims on top) and
+  ``claims.json``.
+
+    python3 bench/replicate.py --quick                                  # smoke test: micro model, a minute or two
+    python3 bench/replicate.py --minutes 7 --seeds 0 1 --out runs/replicate   # 28 runs: see docs/experiments.md
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
 from pathlib import Path
+from typing import Callable
 
-from scalerl.config import load_config
-from scalerl.experiments.analysis import analyse
+import yaml
+
+from scalerl.atomic import write_json
+from scalerl.config import CONFIG_DIR
+from scalerl.curves import FitError
+from scalerl.curves.compare import compare_fits
+from scalerl.errors import UserError
+from scalerl.experiments.claims import (
+    EFFICIENCY, HIGHER_A, LOO_B_NOT_A, Claim, Pooled, claims_html, efficiency_claim, higher_A_claim, loo_claim, pooled_fit,
+)
+from scalerl.experiments.loo import budget_overrides, loo_sweep
 from scalerl.experiments.report import write_report
-from scalerl.pipeline.runner import train
+from scalerl.experiments.spec import PlannedRun, Sweep
+from scalerl.experiments.sweep import RunFn, run_sequential
 
-RECIPES = ("scalerl", "grpo_deepseek", "dapo_qwen", "minimax")
+RECIPES = ("scalerl", "grpo_deepseek", "dapo_qwen", "magistral", "minimax")
+EXTRA = {"gspo": ("scalerl", ("algo.loss.name=gspo",))}  # ScaleRL with the GSPO loss (§3.2)
+QUICK = CONFIG_DIR / "sweeps" / "micro.yaml"  # the micro model of the LOO smoke test
+
+
+def plan(seeds: list[int], budget: list[str], sets: list[str]) -> Sweep:
+    """Every recipe, GSPO and LOO variant for every seed, as one sweep of ``<name>-s<seed>`` runs."""
+    runs: list[PlannedRun] = []
+    for seed in seeds:
+        common = (f"seed={seed}", *budget, *sets)
+        runs += [PlannedRun(f"{r}-s{seed}", r, common) for r in RECIPES]
+        runs += [PlannedRun(f"{n}-s{seed}", base, (*o, *common)) for n, (base, o) in EXTRA.items()]
+        loo = loo_sweep("scalerl", [f"seed={seed}", *sets], None, None)
+        runs += [PlannedRun(f"{r.name}-s{seed}", r.base, (*r.overrides, *budget)) for r in loo.runs if r.name != "scalerl"]
+    return Sweep(source="bench/replicate.py", description="Paper recipes, GSPO and LOO variants at equal compute",
+                 base="scalerl", runs=tuple(runs))
+
+
+def pooled(root: Path, names: list[str]) -> dict[str, Pooled]:
+    """Each recipe's runs (``<recipe>-s<seed>``) fitted alone and pooled."""
+    groups: dict[str, list[Path]] = {}
+    for name in names:
+        groups.setdefault(re.sub(r"-s\d+$", "", name), []).append(root / name)
+    out = {}
+    for recipe, dirs in groups.items():
+        try:
+            out[recipe] = pooled_fit(recipe, dirs)
+        except (FitError, UserError) as exc:
+            print(f"warning: {recipe} not fitted: {' '.join(str(exc).split())}")
+    return out
+
+
+def check(
+    title: tuple[str, str], claim: Callable[..., Claim], runs: dict[str, Pooled], *names: str | list[str]
+) -> Claim:
+    """``claim`` on the named recipes (a list for several), or an inconclusive verdict naming those missing."""
+    missing = [n for group in names for n in ([group] if isinstance(group, str) else group) if n not in runs]
+    if missing:
+        return Claim(*title, "inconclusive", f"not fittable: {', '.join(missing)}")
+    args = [runs[g] if isinstance(g, str) else [runs[n] for n in g] for g in names]
+    return claim(*args)
+
+
+def replicate(
+    out: Path, seeds: list[int], budget: list[str], sets: list[str], run_fn: RunFn | None = None
+) -> tuple[dict[str, Pooled], list[Claim]]:
+    """Run (or resume) every run, then write ``report.html`` and ``claims.json``; the pooled fits and claims.
+    ``run_fn`` replaces the real training (tests)."""
+    sweep = plan(seeds, budget, sets)
+    run_sequential(sweep, out, run_fn=run_fn, show_progress=False)
+    runs = pooled(out, [r.name for r in sweep.runs])
+    variants = sorted({re.sub(r"-s\d+$", "", r.name) for r in sweep.runs if r.name.startswith("loo-")})
+    claims = [
+        check(EFFICIENCY, efficiency_claim, runs, "magistral", "dapo_qwen"),
+        check(HIGHER_A, higher_A_claim, runs, ["scalerl", "gspo"], "loo-dapo"),
+        check(LOO_B_NOT_A, loo_claim, runs, "scalerl", variants),
+    ]
+    recipes = list(runs.values())
+    write_report(out, out / "report.html", quiet=True, extra=lambda a: claims_html(recipes, claims))
+    by_id = {id(r.fit): r.name for r in recipes}
+    ranking = compare_fits([r.fit for r in recipes]) if recipes else None
+    write_json(out / "claims.json", {
+        "recipes": {r.name: {"A": r.fit.A, "A_ci": r.fit.A_ci, "B": r.fit.B, "Cmid": r.fit.Cmid,
+                             "identified": r.fit.identified, "seed_A": [f.A for f in r.seeds]} for r in recipes},
+        "ranking": [{"rank": i.rank, "name": by_id[id(i.fit)], "group": i.group} for i in ranking.ranked] if ranking else [],
+        "claims": [vars(c) for c in claims],
+    })
+    return runs, claims
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=float, default=3.0, help="RL wall-clock budget per run (equal compute)")
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--minutes", type=float, default=7.0, help="RL wall-clock budget per run (equal compute)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--out", type=Path, default=Path("runs/replicate"))
     ap.add_argument("--set", dest="sets", action="append", default=[], help="extra overrides for every run")
+    ap.add_argument("--quick", action="store_true", help="smoke test: the micro model, 8 steps per run")
     args = ap.parse_args()
-    for seed in args.seeds:
-        for recipe in RECIPES:
-            run_dir = args.out / f"{recipe}-s{seed}"
-            if (run_dir / "fit.json").exists() or (run_dir / "curve.png").exists():
-                continue  # finished earlier: resumable like a sweep
-            sets = [f"seed={seed}", f"name={recipe}-s{seed}", f"max_minutes={args.minutes}", "steps=100000", *args.sets]
-            train(load_config(recipe, None, sets), run_dir, resume=(run_dir / "config.yaml").exists(), show_progress=False)
-    analysis = analyse(args.out)
-    write_report(args.out, args.out / "report.html", quiet=True)
-    print(f"{'run':<20}{'A':>7}{'A interval':>18}{'ident.':>8}{'B':>7}{'Cmid':>9}{'R0':>7}{'last val':>10}{'half-fit |err|':>16}")
-    for r in analysis.runs:
-        f = r.fit
-        lo, hi = f.A_ci
-        held = f"{r.heldout.mean_abs_err:.3f}" if r.heldout else "-"
-        print(
-            f"{r.name:<20}{f.A:>7.3f}{f'[{lo:.3f}, {hi:.3f}]':>18}{str(f.identified):>8}{f.B:>7.2f}{f.Cmid:>9.3g}"
-            f"{f.R0:>7.3f}{float(f.y[-1]):>10.3f}{held:>16}"
-        )
-    print("ranking (A first; ties within the margin broken by B):")
-    for item in analysis.ranking:
-        tie = f"  tied with {', '.join(n for n in item.group if n != item.name)}" if len(item.group) > 1 else ""
-        print(f"  {item.rank}. {item.name}{tie}")
-    for s in analysis.skipped:
-        print(f"skipped {s.name}: {s.reason}")
-    print(f"report: {args.out / 'report.html'}")
+    sets = list(args.sets)
+    budget = budget_overrides(None, args.minutes)
+    if args.quick:
+        sets = [*yaml.safe_load(QUICK.read_text())["set"], *sets]
+        budget = budget_overrides(8, None)
+    runs, claims = replicate(args.out, args.seeds, budget, sets)
+    recipes = list(runs.values())
+    print(f"{'recipe (seeds pooled)':<22}{'A':>7}{'A interval':>18}{'ident.':>8}{'B':>7}{'Cmid':>9}  A per seed")
+    for r in recipes:
+        print(f"{r.name:<22}{r.fit.A:>7.3f}{r.fit.format_interval():>18}{str(r.fit.identified):>8}{r.fit.B:>7.2f}"
+              f"{r.fit.Cmid:>9.3g}  {', '.join(f'{f.A:.3f}' for f in r.seeds)}")
+    print("ranking (A first; within ±0.02, the higher B at the common A):")
+    for item in json.loads((args.out / "claims.json").read_text())["ranking"]:
+        print(f"  {item['rank']}. {item['name']}")
+    print("paper claim -> reproduced at this scale:")
+    for c in claims:
+        print(f"  {c.claim} ({c.section}): {c.verdict.upper()}\n      {c.numbers}")
+    print(f"report: {args.out / 'report.html'}; claims: {args.out / 'claims.json'}")
 
 
 if __name__ == "__main__":

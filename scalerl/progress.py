@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from scalerl.config import RunConfig
+from scalerl.forecast import describe_record
 
 TRUNCATION_WARNING = 0.10  # §3.8, A.6: truncations above 10-15% of generations destabilise training
 
@@ -64,11 +65,12 @@ class RunDisplay:
 
     def eval(self, record: dict[str, Any]) -> None:
         self._val = f"val {record['val/pass_rate']:.3f}"
-        if record.get("forecast/A") is not None:
-            lo, hi = record.get("forecast/A_lo"), record.get("forecast/A_hi")
-            band = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
-            self._val += f"  forecast A {record['forecast/A']:.3f}{band}"
+        forecast = describe_record(record)
+        if forecast is not None:
+            self._val += f"  forecast {forecast}"
         self._refresh()
         if not self.enabled:
             return
-        self.console.log(f"step {record['step']}: {self._val}")
+        tiers = [(k.split("/")[2], v) for k, v in record.items() if k.startswith("val/tier/")]
+        by_tier = f"  (by tier: {', '.join(f'{t} {v:.3f}' for t, v in tiers)})" if tiers else ""
+        self.console.log(f"step {record['step']}: {self._val}{by_tier}")

@@ -69,3 +69,56 @@ def test_params_and_bad_params():
         ArithmeticTask(min_operands=1)
     with pytest.raises(UserError, match="max_digits"):
         ArithmeticTask(max_digits=0)
+
+
+TESTBED_TIERS = {"easy": {"operands": [2, 3], "share": 0.4}, "medium": {"operands": [4, 5], "share": 0.4},
+                 "out_of_reach": {"operands": [9, 10], "share": 0.2}}
+
+
+def test_tiers_draw_their_shares_and_operands_and_name_each_problem():
+    # up to three-digit operands: every tier has far more distinct problems than are drawn, so none runs out
+    t = ArithmeticTask(seed=0, n_train=2000, n_val=400, max_digits=3, tiers=TESTBED_TIERS)
+    probs = t.train_problems() + t.val_problems()
+    shares = {name: sum(p.meta["tier"] == name for p in probs) / len(probs) for name in TESTBED_TIERS}
+    for name, spec in TESTBED_TIERS.items():
+        assert abs(shares[name] - spec["share"]) < 0.045  # 2,400 draws: a standard error of 0.01
+        lo, hi = spec["operands"]
+        assert {p.meta["operands"] for p in probs if p.meta["tier"] == name} == set(range(lo, hi + 1))
+    assert all(t.grade(p, t.demonstration(p)) for p in probs)
+
+
+def test_out_of_reach_tier_needs_more_thinking_than_the_testbed_budget():
+    """The reason the ceiling is below 1: every out-of-reach problem's working is longer than the largest
+    thinking budget of the scalerl preset's interruption length control (§3.8), so it is always cut."""
+    from scalerl.config import load_config
+
+    cfg = load_config("scalerl")
+    think_hi = cfg.algo.length.params["think_hi"]
+    task = TASKS.get("arithmetic")(seed=0, n_train=cfg.task.n_train, n_val=cfg.task.n_val, **cfg.task.params)
+    tok = CharTokenizer()
+    hard = [p for p in task.val_problems() if p.meta["tier"] == "out_of_reach"]
+    assert len(hard) > 50
+    assert min(len(tok.encode(task.demonstration(p).partition("</think>")[0])) for p in hard) >= think_hi
+    easy = [p for p in task.val_problems() if p.meta["tier"] == "easy"]
+    assert max(len(tok.encode(task.demonstration(p).partition("</think>")[0])) for p in easy) < cfg.algo.length.params["think_lo"]
+
+
+def test_an_operand_range_replaces_the_tiers_and_bad_tiers_are_one_line():
+    t = TASKS.get("arithmetic")(seed=0, n_train=50, n_val=10, max_operands=2, tiers=TESTBED_TIERS)
+    assert {p.meta["operands"] for p in t.train_problems()} == {2}
+    with pytest.raises(UserError, match="tiers.hard"):
+        ArithmeticTask(tiers={"hard": {"operands": [1, 3]}})
+    with pytest.raises(UserError, match="tiers.x"):
+        ArithmeticTask(tiers={"x": {"operand": [2, 3]}})
+    with pytest.raises(UserError, match="tiers must map"):
+        ArithmeticTask(tiers={})
+
+
+def test_the_testbed_evaluation_bounds_its_standard_error_by_one_percent():
+    """Issue #11: one evaluation's standard error <= 0.01. With the prompts fixed it is the sampling noise,
+    sqrt(mean p_i (1 - p_i) / (prompts x samples)) <= 0.5 / sqrt(prompts x samples) for any checkpoint."""
+    from scalerl.config import load_config
+
+    cfg = load_config("scalerl")
+    n = (cfg.eval.n_prompts or cfg.task.n_val) * cfg.eval.n_samples
+    assert 0.5 / n**0.5 <= 0.01

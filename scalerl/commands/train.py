@@ -11,6 +11,35 @@ import typer
 from scalerl.errors import UserError, check_writable_dir
 
 DEMO_OUT = "runs/demo"
+# The demo's RL budget is a step count, so its curve is the same for the same seed whatever the machine's load;
+# the time cap is only a safety net (docs/experiments.md).
+DEMO_STEPS = 300
+DEMO_SAFETY_MINUTES = 20.0
+# what the demo checks of itself at the end (issue #11): A identified with a 95% interval at most this wide, and
+# the fit on the first half of the compute predicting the last evaluation within this much
+DEMO_MAX_CI_WIDTH = 0.15
+DEMO_MAX_HALF_ERROR = 0.03
+
+
+def demo_checks(summary: dict) -> list[tuple[bool, str]]:
+    """(passed, what) for each of the demo's self-checks; empty when there is no fit at all."""
+    fit, check = summary.get("fit"), summary.get("extrapolation") or {}
+    if fit is None:
+        return []
+    lo, hi = fit["A_ci"] or (None, None)
+    width = hi - lo if lo is not None and hi is not None else float("inf")
+    out = [
+        (bool(fit["identified"]), "A identified (the run passed Cmid and the interval on A is closed)"),
+        (fit["identified"] and width <= DEMO_MAX_CI_WIDTH,
+         f"95% interval on A {width:.3f} wide (at most {DEMO_MAX_CI_WIDTH})"),
+    ]
+    if "end_pred" in check:
+        err = abs(check["end_pred"] - check["end_true"])
+        out.append((err <= DEMO_MAX_HALF_ERROR, f"half-budget forecast of the last evaluation off by {err:.3f} "
+                    f"(at most {DEMO_MAX_HALF_ERROR})"))
+    else:
+        out.append((False, "half-budget forecast: not possible"))
+    return out
 
 
 def config_from_cli(preset: str | None, config: Path | None, sets: list[str]):
@@ -56,12 +85,26 @@ def print_summary(out: Path, summary: dict) -> None:
     if fit is None:
         console.print(f"no forecast: {summary.get('points', 0)} evaluation points are too few to fit the curve")
         return
-    lo, hi = fit["A_ci"]
+    from scalerl.forecast import describe_fit
+
+    asymptote = describe_fit(fit) + (" (95% interval)" if fit["identified"] else "")
+    if not fit["identified"]:
+        asymptote = f"[yellow]{asymptote}[/yellow]"
     console.print(
-        f"forecast: asymptote A = {fit['A']:.3f} (95% CI {lo:.3f}-{hi:.3f}), B = {fit['B']:.2f}, "
-        f"Cmid = {fit['Cmid']:.4g} {fit['x']}, R0 = {fit['R0']:.3f}"
-        + ("" if fit.get("identified", True) else "  [yellow](not identified: the run has not passed Cmid)[/yellow]")
+        f"forecast: {asymptote}, B = {fit['B']:.2f}, Cmid = {fit['Cmid']:.4g} {fit['x']}, R0 = {fit['R0']:.3f}"
     )
+    check = summary.get("extrapolation") or {}
+    if "mean_abs_err" in check:
+        covers = {True: "the half fit's interval on A covers the full run's A",
+                  False: "the half fit's interval on A misses the full run's A",
+                  None: "the half fit has not identified A"}[check["covers_full_A"]]
+        console.print(
+            f"extrapolation check (§2): fitted on the first half of the compute, the curve predicts the second half "
+            f"within mean |error| {check['mean_abs_err']:.3f}, max {check['max_abs_err']:.3f} ({check['n']} "
+            f"evaluations; last: predicted {check['end_pred']:.3f}, observed {check['end_true']:.3f}); {covers}"
+        )
+    elif check:
+        console.print(f"extrapolation check (§2): not possible: {check['note']}")
     console.print(f"wrote {out / 'fit.json'} and {out / 'curve.png'}")
 
 
@@ -113,7 +156,10 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
         out: Path = typer.Option(Path(DEMO_OUT), "--out", help="Run directory."),
-        minutes: float = typer.Option(6.5, "--minutes", help="Wall-clock budget for the RL phase."),
+        steps: int = typer.Option(DEMO_STEPS, "--steps", min=1, help="RL budget in optimizer steps."),
+        minutes: float = typer.Option(
+            DEMO_SAFETY_MINUTES, "--minutes", help="Safety cap on the RL phase's wall clock (the steps end it first)."
+        ),
         set_: List[str] = typer.Option([], "--set", help="Override a field of the default config."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
@@ -126,8 +172,12 @@ def register(app: typer.Typer) -> None:
         from scalerl.pipeline.runner import train as run_train
 
         check_writable_dir(out, "--out")
-        cfg = load_config("scalerl", None, [f"max_minutes={minutes}", "steps=100000", *set_])
+        cfg = load_config("scalerl", None, [f"max_minutes={minutes}", f"steps={steps}", *set_])
         if out == Path(DEMO_OUT) and out.exists():
             shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted
         summary = run_train(cfg, out, resume=False, show_progress=not quiet)
         print_summary(out, summary)
+        from rich.console import Console
+
+        for ok, what in demo_checks(summary):
+            Console().print(f"check: {'[green]pass[/green]' if ok else '[red]FAIL[/red]'}  {what}")

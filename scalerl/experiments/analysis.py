@@ -16,28 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from scalerl import curves
+from scalerl.curves.extrapolation import HALF, HeldOut, half_budget_check
 from scalerl.errors import UserError
 from scalerl.experiments.figures import DIAGNOSTIC_KEYS
 from scalerl.experiments.sweep import INDEX
 
-HALF = 0.5  # the held-out check fits the first half of each run's compute (8k of 16k GPU-h in §5.5)
 FORECAST_FACTORS = (2.0, 10.0)
 RUN_FILES = ("metrics.jsonl", "config.yaml")
 
 Diagnostics = dict[str, tuple[np.ndarray, np.ndarray]]  # metrics key -> (steps, values)
-
-
-@dataclass(frozen=True)
-class HeldOut:
-    """The extrapolation check: a fit on compute ≤ ``fit_until`` scored on the evaluations after it."""
-
-    fit_until: float
-    n: int
-    mean_abs_err: float
-    max_abs_err: float
-    A: float
-    end_pred: float  # the half fit's prediction at the last evaluation ...
-    end_true: float  # ... and what was measured there
 
 
 @dataclass(frozen=True)
@@ -160,19 +147,6 @@ def load_diagnostics(run_dir: Path) -> Diagnostics:
     return out
 
 
-def _heldout(x: np.ndarray, y: np.ndarray, source: str) -> tuple[HeldOut | None, str | None]:
-    try:
-        half = curves.fit_curve(x, y, fit_until_fraction=HALF, ci=False, source=source)
-    except curves.FitError as exc:
-        return None, f"first half not fittable: {exc}"
-    if half.heldout is None:
-        return None, "no evaluation after the first half"
-    return HeldOut(
-        fit_until=half.fit_window[1], n=int(half.heldout["n"]), mean_abs_err=half.heldout["mean_abs_err"],
-        max_abs_err=half.heldout["max_abs_err"], A=half.A, end_pred=float(half.predict(x[-1])), end_true=float(y[-1]),
-    ), None
-
-
 def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
     """Fit one run; a UserError (caught by :func:`analyse`) says why it cannot be reported."""
     if run_dir.is_dir() and not any(run_dir.iterdir()):
@@ -180,7 +154,7 @@ def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
     s = curves.load_series(run_dir, curves.DEFAULT_X, curves.DEFAULT_Y)
     x_max = float(s.x.max()) if s.x.size else 0.0
     fit = curves.fit_series(s, predict_at=[f * x_max for f in FORECAST_FACTORS])
-    heldout, note = _heldout(s.x, s.y, s.source)
+    heldout, note = half_budget_check(s.x, s.y, s.source, HALF)
     predictions = [Prediction(f, c, r) for f, (c, r) in zip(FORECAST_FACTORS, fit.predictions)]
     return RunAnalysis(name, run_dir, fit, heldout, note, predictions, load_diagnostics(run_dir))
 

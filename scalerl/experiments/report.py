@@ -23,7 +23,7 @@ import html
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from scalerl.atomic import write_text
 from scalerl.errors import UserError
@@ -122,8 +122,9 @@ def _diagnostics_table(runs: list[RunAnalysis]) -> str:
                    "retired prompts", "last entropy"], rows)
 
 
-def render(a: Analysis, figures: dict[str, str]) -> str:
-    """The report's HTML; ``figures`` maps 'curves', 'slopes', 'diagnostics' to data URIs ('' to leave one out)."""
+def render(a: Analysis, figures: dict[str, str], extra: str = "") -> str:
+    """The report's HTML; ``figures`` maps 'curves', 'slopes', 'diagnostics' to data URIs ('' to leave one out);
+    ``extra`` is HTML put before the curves (e.g. the claims table of bench/replicate.py)."""
     skipped = ""
     if a.skipped:
         items = "".join(f"<li><b>{_esc(s.name)}</b> ({_esc(s.dir)}): {_esc(s.reason)}</li>" for s in a.skipped)
@@ -140,6 +141,7 @@ def render(a: Analysis, figures: dict[str, str]) -> str:
  · generated {time.strftime("%Y-%m-%d %H:%M")}</p>
 {f'<p class="note">{_esc(a.description)}</p>' if a.description else ''}
 {skipped}
+{extra}
 <h2>Compute–reward curves</h2>
 {fig("curves", "measured points, fitted sigmoids and extrapolations of every run")}
 <p class="note">Eq. 1, R(C) = R0 + (A − R0) / (1 + (Cmid/C)^B), fitted to every run; the dashed part extrapolates
@@ -190,8 +192,12 @@ def warn_skipped(a: Analysis) -> None:
         print(f"warning: {s.dir} not reported: {s.reason}", file=sys.stderr)
 
 
-def write_report(root: str | Path, out: str | Path, margin: float = 0.02, quiet: bool = False) -> Analysis:
-    """Analyse the runs under ``root`` and write the report to ``out`` (atomically). UserError when no run is usable."""
+def write_report(
+    root: str | Path, out: str | Path, margin: float = 0.02, quiet: bool = False,
+    extra: Callable[[Analysis], str] | None = None,
+) -> Analysis:
+    """Analyse the runs under ``root`` and write the report to ``out`` (atomically). UserError when no run is usable.
+    ``extra`` makes HTML from the analysis to put before the curves."""
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {out}: the report is an HTML file; give a name ending in .html")
@@ -200,5 +206,5 @@ def write_report(root: str | Path, out: str | Path, margin: float = 0.02, quiet:
     if not a.runs:
         reasons = "; ".join(f"{s.name}: {s.reason}" for s in a.skipped)
         raise UserError(f"no usable run in {root} ({reasons})")
-    write_text(out, render(a, build_figures(a)))
+    write_text(out, render(a, build_figures(a), extra(a) if extra else ""))
     return a

@@ -7,6 +7,13 @@ to slip: after the default warm-up two-operand prompts are solved several times 
 which is what zero-variance filtering (§3.6) and No-Positive-Resampling (§3.7) need. The thinking part is
 ~7-35 tokens, which interruptions (§3.8) can cut.
 
+Difficulty tiers (``tiers``) give the ceiling a reason a user can see: the testbed (configs/scalerl.yaml) mixes
+an *easy* tier (2-3 operands), a *medium* one (4-5) and an *out-of-reach* one (9-10 operands) whose working is
+longer than the thinking budget of the interruption length control (§3.8), so its thinking is always cut and its
+answer is a guess. Training and validation draw the same mix, so the asymptote A (§2, Eq. 1) of a run sits
+near the reachable share, below 1; each problem's tier is in ``meta["tier"]`` and the evaluator reports the
+pass rate per tier.
+
 Grading reads the text after the *last* ``</think>``, so an answer written after the interruption phrase
 counts; a completion without ``</think>`` is wrong. Rewards (±1 by default, §3.0) come from the run config.
 """
@@ -14,6 +21,7 @@ counts; a completion without ``</think>`` is wrong. Rewards (±1 by default, §3
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,10 +41,42 @@ def _steps(operands: list[int], ops: list[str]) -> tuple[list[str], int]:
     return steps, acc
 
 
+@dataclass(frozen=True)
+class Tier:
+    """One difficulty tier: operand counts drawn uniformly from ``operands`` (inclusive), ``digits`` at most per
+    operand, and the tier's ``share`` of the draws. Repeated problems are redrawn, so a tier with few distinct
+    problems (2-3 one-digit operands) ends up with less than its share of a large split."""
+
+    name: str
+    operands: tuple[int, int]
+    digits: int
+    share: float
+
+
+def _tiers(spec: dict[str, Any], digits: int) -> list[Tier]:
+    """``{"easy": {"operands": [2, 3], "share": 0.4, "digits": 1}, ...}`` as Tiers (``digits`` defaults to
+    ``max_digits``); one line naming the mistake otherwise."""
+    if not isinstance(spec, dict) or not spec:
+        raise UserError("task.params.tiers must map tier names to {operands: [lo, hi], share: w}")
+    tiers = []
+    for name, t in spec.items():
+        if not isinstance(t, dict) or set(t) - {"operands", "share", "digits"} or "operands" not in t:
+            raise UserError(f"task.params.tiers.{name}: expected {{operands: [lo, hi], share: w, digits: d}}")
+        lo, hi = (t["operands"], t["operands"]) if isinstance(t["operands"], int) else t["operands"]
+        tier = Tier(str(name), (int(lo), int(hi)), int(t.get("digits", digits)), float(t.get("share", 1.0)))
+        if not 2 <= tier.operands[0] <= tier.operands[1] or not 1 <= tier.digits <= 6 or not tier.share > 0:
+            raise UserError(
+                f"task.params.tiers.{name}: need 2 <= operands lo <= hi, 1 <= digits <= 6 and share > 0, got {t}"
+            )
+        tiers.append(tier)
+    return tiers
+
+
 @dataclass
 class ArithmeticTask:
     """Registered as ``task.name: arithmetic``. Params: ``min_operands`` (2), ``max_operands`` (5),
-    ``max_digits`` per operand (1), ``subtraction`` (True)."""
+    ``max_digits`` per operand (1), ``subtraction`` (True), or instead of the operand range ``tiers`` (see the
+    module docstring)."""
 
     seed: int = 0
     n_train: int = 4000
@@ -45,9 +85,11 @@ class ArithmeticTask:
     max_operands: int = 5
     max_digits: int = 1
     subtraction: bool = True
+    tiers: dict[str, Any] | None = None
     name: str = "arithmetic"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
+    _tiers: list[Tier] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 2 <= self.min_operands <= self.max_operands:
@@ -56,6 +98,10 @@ class ArithmeticTask:
             )
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
+        self._tiers = (
+            _tiers(self.tiers, self.max_digits) if self.tiers is not None
+            else [Tier("all", (self.min_operands, self.max_operands), self.max_digits, 1.0)]
+        )
         self._val, self._train = self._draw()
 
     def _draw(self) -> tuple[list[Problem], list[Problem]]:
@@ -65,6 +111,7 @@ class ArithmeticTask:
         want = self.n_val + self.n_train
         seen: dict[str, Problem] = {}
         tries = 0
+        shares = np.array([t.share for t in self._tiers]) / sum(t.share for t in self._tiers)
         while len(seen) < want:
             tries += 1
             if tries > 50 * want + 10_000:
@@ -72,15 +119,16 @@ class ArithmeticTask:
                     f"task.params allow fewer than {want} distinct problems (n_train + n_val); allow more operands "
                     "or digits, or lower task.n_train / task.n_val"
                 )
-            k = int(rng.integers(self.min_operands, self.max_operands + 1))
-            digits = rng.integers(1, self.max_digits + 1, size=k)
+            tier = self._tiers[0] if len(self._tiers) == 1 else self._tiers[int(rng.choice(len(self._tiers), p=shares))]
+            k = int(rng.integers(tier.operands[0], tier.operands[1] + 1))
+            digits = rng.integers(1, tier.digits + 1, size=k)
             operands = [int(rng.integers(0, 10**d)) for d in digits]
             ops = ["-" if self.subtraction and rng.random() < 0.5 else "+" for _ in range(k - 1)]
             expr = str(operands[0]) + "".join(f"{op}{x}" for op, x in zip(ops, operands[1:]))
             if expr not in seen:
                 steps, result = _steps(operands, ops)
                 seen[expr] = Problem(
-                    id=expr, prompt=expr + "=", answer=str(result), meta={"operands": k, "steps": steps}
+                    id=expr, prompt=expr + "=", answer=str(result), meta={"operands": k, "steps": steps, "tier": tier.name}
                 )
         problems = list(seen.values())
         return problems[: self.n_val], problems[self.n_val :]
@@ -102,4 +150,7 @@ class ArithmeticTask:
 
 @TASKS.register("arithmetic")
 def arithmetic(seed: int = 0, n_train: int = 4000, n_val: int = 256, **params: object) -> ArithmeticTask:
+    """An operand range given as params (``--set task.params.max_operands=2``) replaces the preset's tiers."""
+    if "min_operands" in params or "max_operands" in params:
+        params["tiers"] = None
     return ArithmeticTask(seed=seed, n_train=n_train, n_val=n_val, **params)  # type: ignore[arg-type]

@@ -1,0 +1,163 @@
+"""The paper's comparisons checked on our own runs (``bench/replicate.py``): recipes pooled over seeds, and a
+verdict per claim, "yes", "no" or "inconclusive", with the numbers it rests on.
+
+A recipe's seeds are pooled into one Eq. 1 fit (every evaluation of every seed, R0 the mean reward at zero
+compute), which gives A with its interval and B (§2). A claim's direction counts only when the pooled fits are
+identified and every seed, fitted alone, shows the same direction; differences in A count only beyond the
+paper's margin of 0.02 (§2: A within ±0.02 is a tie). Efficiency is compared as the paper does (§2, §1.3):
+both curves refitted at their common A, then the compute to reach the midpoint (``Cmid``) and the slope ``B``.
+
+Claims checked: PipelineRL is more efficient than PPO-off-policy (§3.1); CISPO and GSPO reach a higher A than
+DAPO (§3.2); the leave-one-out components move efficiency (B) more than the asymptote (§4, §5.5).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+
+from scalerl import curves
+
+MARGIN = 0.02  # §2: runs whose A differ by less than this are tied
+EFFICIENCY = ("PipelineRL is more efficient than PPO-off-policy", "§3.1")
+HIGHER_A = ("CISPO and GSPO reach a higher A than DAPO", "§3.2")
+LOO_B_NOT_A = ("Leave-one-out components move B more than A", "§4, §5.5")
+Verdict = Literal["yes", "no", "inconclusive"]
+
+
+@dataclass
+class Pooled:
+    """One recipe: the fit pooled over its seeds, and each seed's own fit."""
+
+    name: str
+    fit: curves.FitResult
+    seeds: list[curves.FitResult]
+
+    @property
+    def identified(self) -> bool:
+        return self.fit.identified and all(f.identified for f in self.seeds)
+
+    def A_text(self) -> str:
+        return f"A {self.fit.A:.3f} {self.fit.format_interval()}" + ("" if self.fit.identified else " (not identified)")
+
+
+@dataclass(frozen=True)
+class Claim:
+    claim: str
+    section: str
+    verdict: Verdict
+    numbers: str
+
+
+def pooled_fit(name: str, run_dirs: list[Path]) -> Pooled:
+    """Fit each run, and all their evaluations together (sorted by compute)."""
+    series = [curves.load_series(d, curves.DEFAULT_X, curves.DEFAULT_Y) for d in run_dirs]
+    x = np.concatenate([s.x for s in series])
+    y = np.concatenate([s.y for s in series])
+    order = np.argsort(x, kind="stable")
+    fit = curves.fit_curve(x[order], y[order], source=name, x_name=curves.DEFAULT_X, y_name=curves.DEFAULT_Y)
+    return Pooled(name, fit, [curves.fit_series(s) for s in series])
+
+
+def _cmid_at(a: curves.FitResult, b: curves.FitResult) -> tuple[float, float, float, float]:
+    """(Cmid_a, Cmid_b, B_a, B_b) with both fits refitted at their mean A."""
+    A = (a.A + b.A) / 2
+    ra, rb = curves.refit_at(a, A), curves.refit_at(b, A)
+    return ra.Cmid, rb.Cmid, ra.B, rb.B
+
+
+def _direction(signs: list[float], identified: bool) -> Verdict:
+    """"yes" when every sign is positive, "no" when every one is negative, else "inconclusive"."""
+    if identified and all(s > 0 for s in signs):
+        return "yes"
+    if identified and all(s < 0 for s in signs):
+        return "no"
+    return "inconclusive"
+
+
+def efficiency_claim(pipeline: Pooled, ppo: Pooled) -> Claim:
+    """§3.1: at a common A, PipelineRL reaches the midpoint with less compute than PPO-off-policy."""
+    pooled = _cmid_at(pipeline.fit, ppo.fit)
+    per_seed = [_cmid_at(a, b) for a, b in zip(pipeline.seeds, ppo.seeds)]
+    signs = [math.log(c_ppo / c_pipe) for c_pipe, c_ppo, _, _ in [pooled, *per_seed]]
+    ratios = ", ".join(f"{math.exp(s):.2f}x" for s in signs[1:])
+    numbers = (
+        f"{pipeline.name} {pipeline.A_text()}, B {pipeline.fit.B:.2f} vs {ppo.name} {ppo.A_text()}, B "
+        f"{ppo.fit.B:.2f}; at the common A, {ppo.name} needs {math.exp(signs[0]):.2f}x the compute of "
+        f"{pipeline.name} to reach the midpoint (per seed: {ratios})"
+    )
+    return Claim(*EFFICIENCY, _direction(signs, pipeline.identified and ppo.identified), numbers)
+
+
+def _A_verdict(better: Pooled, worse: Pooled) -> Verdict:
+    diffs = [better.fit.A - worse.fit.A] + [a.A - b.A for a, b in zip(better.seeds, worse.seeds)]
+    beyond = [d if abs(d) > MARGIN else 0.0 for d in diffs]
+    return _direction(beyond, better.identified and worse.identified)
+
+
+def higher_A_claim(candidates: list[Pooled], dapo: Pooled) -> Claim:
+    """§3.2: each candidate loss (CISPO, GSPO) reaches a higher A than DAPO, by more than the margin."""
+    verdicts = [_A_verdict(c, dapo) for c in candidates]
+    verdict: Verdict = "yes" if all(v == "yes" for v in verdicts) else "no" if "no" in verdicts else "inconclusive"
+    numbers = "; ".join(
+        f"{c.name} {c.A_text()} (seeds {', '.join(f'{f.A:.3f}' for f in c.seeds)}): {v}"
+        for c, v in zip(candidates, verdicts)
+    )
+    numbers += f"; {dapo.name} {dapo.A_text()} (seeds {', '.join(f'{f.A:.3f}' for f in dapo.seeds)})"
+    return Claim(*HIGHER_A, verdict, numbers)
+
+
+def loo_claim(base: Pooled, variants: list[Pooled]) -> Claim:
+    """§4/§5.5: every leave-one-out variant's A is within the margin of the base's, while efficiency (B at the
+    common A) moves by more than the base's own seed-to-seed spread for at least one of them. "no" when some
+    variant's A moves beyond the margin; "inconclusive" when nothing moves or a fit is not identified."""
+    spread = max((abs(math.log(a.B / b.B)) for a in base.seeds for b in base.seeds), default=0.0)
+    rows, dA, dB = [], [], []
+    for v in variants:
+        _, _, B_base, B_v = _cmid_at(base.fit, v.fit)
+        dA.append(v.fit.A - base.fit.A)
+        dB.append(math.log(B_v / B_base))
+        rows.append(f"{v.name} ΔA {dA[-1]:+.3f}, B x{math.exp(dB[-1]):.2f}")
+    identified = base.identified and all(v.identified for v in variants)
+    a_small = all(abs(d) <= MARGIN for d in dA)
+    b_moves = any(abs(d) > spread for d in dB)
+    if not identified:
+        verdict: Verdict = "inconclusive"
+    elif not a_small:
+        verdict = "no"  # the paper's reading is that every LOO variant keeps A within the margin
+    else:
+        verdict = "yes" if b_moves else "inconclusive"
+    numbers = (
+        f"{'; '.join(rows)} (B at the common A; the base's seed-to-seed B spread is x{math.exp(spread):.2f}; "
+        f"max |ΔA| {max((abs(d) for d in dA), default=0):.3f} vs margin {MARGIN})"
+    )
+    return Claim(*LOO_B_NOT_A, verdict, numbers)
+
+
+def claims_html(recipes: list[Pooled], claims: list[Claim]) -> str:
+    """The pooled fits per recipe and the claims table, as HTML for the report."""
+    from scalerl.experiments.report import _esc, _table
+
+    fits = _table(
+        ["recipe", "seeds", "A (pooled)", "A interval", "identified", "B", "Cmid", "A per seed"],
+        [([_esc(r.name), str(len(r.seeds)), f"{r.fit.A:.3f}", _esc(r.fit.format_interval()),
+           "yes" if r.fit.identified else "no", f"{r.fit.B:.2f}", f"{r.fit.Cmid:.3g}",
+           ", ".join(f"{f.A:.3f}" for f in r.seeds)], "") for r in recipes],
+    )
+    table = _table(
+        ["paper claim", "§", "reproduced at this scale", "numbers"],
+        [([_esc(c.claim), _esc(c.section), _esc(c.verdict), _esc(c.numbers)], "" if c.verdict == "yes" else "tie")
+         for c in claims],
+        text=(0, 1, 2, 3),
+    )
+    return (
+        "<h2>Recipes, seeds pooled</h2>" + fits
+        + '<p class="note">One Eq. 1 fit per recipe over every evaluation of its seeds (§2).</p>'
+        + "<h2>Paper claims at this scale</h2>" + table
+        + '<p class="note">A direction counts only when the fits are identified and every seed agrees; differences'
+        f" in A only beyond ±{MARGIN:g} (§2). Otherwise: inconclusive.</p>"
+    )
