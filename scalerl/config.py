@@ -55,7 +55,7 @@ class TaskConfig(Strict):
     name: str = "arithmetic"
     seed: int = 0
     n_train: int = Field(4000, ge=1)
-    n_val: int = Field(640, ge=1)  # the testbed evaluates all of it (configs/scalerl.yaml)
+    n_val: int = Field(256, ge=1)
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -114,7 +114,7 @@ class RewardConfig(Strict):
 class EvalConfig(Strict):
     every: int = Field(25, ge=1)
     n_samples: int = Field(4, ge=1)  # mean@n
-    n_prompts: int | None = Field(None, ge=1)  # None: the whole validation split (640 x 4: SE <= 0.0099)
+    n_prompts: int | None = Field(128, ge=1)  # None: the whole validation split (configs/testbed/tiers.yaml)
 
 
 class ForecastConfig(Strict):

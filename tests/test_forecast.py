@@ -101,7 +101,7 @@ def test_demo_budget_is_steps_with_a_time_cap_as_safety_net(monkeypatch, tmp_pat
     main(["demo", "--out", str(tmp_path / "d"), "--quiet"])
     main(["demo", "--out", str(tmp_path / "d"), "--quiet", "--steps", "40", "--minutes", "2"])
     assert [(c.steps, c.max_minutes) for c in seen] == [(DEMO_STEPS, DEMO_SAFETY_MINUTES), (40, 2.0)]
-    assert seen[0].task.params["tiers"]  # the demo runs on the testbed
+    assert seen[0].name == load_config("scalerl").name  # the demo runs the scalerl preset
 
 
 def test_end_of_run_summary_prints_the_bound_and_the_extrapolation_check(tmp_path, capsys):

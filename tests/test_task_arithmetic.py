@@ -90,9 +90,9 @@ def test_tiers_draw_their_shares_and_operands_and_name_each_problem():
 def test_out_of_reach_tier_needs_more_thinking_than_the_testbed_budget():
     """The reason the ceiling is below 1: every out-of-reach problem's working is longer than the largest
     thinking budget of the scalerl preset's interruption length control (§3.8), so it is always cut."""
-    from scalerl.config import load_config
+    from scalerl.config import CONFIG_DIR, load_config
 
-    cfg = load_config("scalerl")
+    cfg = load_config("scalerl", CONFIG_DIR / "testbed" / "tiers.yaml")
     think_hi = cfg.algo.length.params["think_hi"]
     task = TASKS.get("arithmetic")(seed=0, n_train=cfg.task.n_train, n_val=cfg.task.n_val, **cfg.task.params)
     tok = CharTokenizer()
@@ -117,8 +117,8 @@ def test_an_operand_range_replaces_the_tiers_and_bad_tiers_are_one_line():
 def test_the_testbed_evaluation_bounds_its_standard_error_by_one_percent():
     """Issue #11: one evaluation's standard error <= 0.01. With the prompts fixed it is the sampling noise,
     sqrt(mean p_i (1 - p_i) / (prompts x samples)) <= 0.5 / sqrt(prompts x samples) for any checkpoint."""
-    from scalerl.config import load_config
+    from scalerl.config import CONFIG_DIR, load_config
 
-    cfg = load_config("scalerl")
+    cfg = load_config("scalerl", CONFIG_DIR / "testbed" / "tiers.yaml")
     n = (cfg.eval.n_prompts or cfg.task.n_val) * cfg.eval.n_samples
     assert 0.5 / n**0.5 <= 0.01
