@@ -18,6 +18,7 @@ the prompts consumed match an uninterrupted run and metrics continue without a g
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import time
@@ -141,7 +142,10 @@ def _run(
     if ckpt is None and cfg.warmup.steps > 0 and hasattr(task, "demonstration"):
         from scalerl.models.warmup import warmup
 
+        # nothing else of this run is running yet (no generator process): the warm-up may use this rank's cores
+        torch.set_num_threads(cfg.threads or max(threads, (os.cpu_count() or 1) // ranks.world))
         warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
+        torch.set_num_threads(threads)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
     curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
