@@ -78,10 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         fail(f"error: a file is not UTF-8 text ({exc.reason} at byte {exc.start}); convert it to UTF-8")
     except Exception as exc:
         kind = _kind(exc)
-        if kind == "NoArgsIsHelpError":  # bare `scalerl`: the help on stdout, the mistake on stderr
-            ctx = getattr(exc, "ctx", None)
-            if ctx is not None:
-                print(ctx.get_help())
+        if kind == "NoArgsIsHelpError":  # bare `scalerl` (typer has printed the help already where it does)
             fail("error: no command given (see 'scalerl --help')")
         if kind == "UsageError":
             fail(_usage_line(exc))
