@@ -40,6 +40,7 @@ from typing import Any
 from transformers import Trainer, TrainerCallback
 
 from scalerl.compute import ComputeMeter
+from scalerl.forecast import describe_fit
 from scalerl.config import ForecastConfig
 from scalerl.curves.sigmoid import sigmoid
 from scalerl.errors import UserError
@@ -160,10 +161,5 @@ class ForecastCallback(TrainerCallback):
         if fit is None:
             log.warning("scalerl forecast: no fit from %d points of %s (fewer than %d, or the reward never moved)",
                         final["points"], self.metric, self.forecaster.cfg.min_points)
-        elif fit["identified"]:
-            log.warning("scalerl forecast: A = %.3f %s, B = %.2f; wrote %s", fit["A"], fit["A_ci"], fit["B"],
-                        out / "fit.json")
-        else:
-            lo = (fit["A_ci"] or [None])[0]
-            log.warning("scalerl forecast: A ≥ %s, not identified yet: the run has not passed Cmid; wrote %s",
-                        "R0" if lo is None else f"{lo:.3f}", out / "fit.json")
+        else:  # the same reading as scalerl's own runs: an estimate when identified, else a lower bound and why
+            log.warning("scalerl forecast: %s, B = %.2f; wrote %s", describe_fit(fit), fit["B"], out / "fit.json")
