@@ -18,6 +18,10 @@ _spec.loader.exec_module(rounds)
 def test_sides_alternate_and_ratios_pair_within_a_round(monkeypatch, capsys):
     loads = iter([0.1, 0.2, 0.3, 2.0, 0.1, 0.1])
     monkeypatch.setattr(rounds.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    # other processes' CPU share before each run; the 1-min load alone no longer decides (it holds our own runs)
+    busy = iter([0.0, 0.1, 0.9, 0.9, 0.0, 0.0])
+    monkeypatch.setattr(rounds, "cpu_busy", lambda seconds=rounds.PROBE_S: next(busy))
+    monkeypatch.setattr(rounds, "SETTLE_S", 0.0)
     order: list[str] = []
     a_rates, b_rates = iter([10.0, 12.0, 9.0]), iter([5.0, 4.0, 3.0])
 
@@ -27,10 +31,32 @@ def test_sides_alternate_and_ratios_pair_within_a_round(monkeypatch, capsys):
     res = rounds.interleave({"a": side("a", a_rates), "b": side("b", b_rates)}, rounds=3, threads=1)
     assert order == ["a", "b", "a", "b", "a", "b"]
     assert [r.load for r in res.side("b")] == [0.2, 2.0, 0.1]
+    assert [r.cpu_busy for r in res.runs] == [0.0, 0.1, 0.9, 0.9, 0.0, 0.0]
     assert rounds.ratios(res, "a", "b", "rate") == pytest.approx([2.0, 3.0, 3.0])
     assert rounds.ratios(res, "a", "b", "s", lower_is_better=True) == pytest.approx([1.0, 1.0, 1.0])
-    assert [(r.side, r.round) for r in res.busy()] == [("b", 2)]
+    assert [(r.side, r.round) for r in res.busy()] == [("a", 2), ("b", 2)]
     rounds.report(res, "t", [("a", "b", "rate", 2.5)])
     out = capsys.readouterr().out
     assert "3 [2-3]x" in out and "met" in out
-    assert out.count("WARNING") == 2  # where the busy round started, and under the summary
+    assert out.count("WARNING") == 3  # where each busy run started, and under the summary
+
+
+def test_settle_waits_for_other_work_to_end(monkeypatch):
+    readings = iter([0.8, 0.6, 0.1, 0.9])
+    monkeypatch.setattr(rounds, "cpu_busy", lambda seconds=rounds.PROBE_S: next(readings))
+    assert rounds.settle(limit=60.0) == 0.1  # stops at the first quiet reading
+    readings = iter([0.8, 0.7])
+    assert rounds.settle(limit=0.0) == 0.8  # gives up at the limit and reports the busy reading
+
+
+def test_cpu_busy_sees_a_busy_process():
+    import threading
+    import time
+
+    stop = time.monotonic() + 1.5
+    t = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() < stop, False)])
+    t.start()
+    busy = rounds.cpu_busy(1.0)
+    t.join()
+    assert 0.0 <= busy <= 1.0
+    assert busy >= 0.4 / (rounds.os.cpu_count() or 1)  # one spinning thread is at least ~one core's share

@@ -1,5 +1,7 @@
 """The built-in arithmetic task: deterministic disjoint splits, exact grading after the last </think>."""
 
+import re
+
 import pytest
 
 from scalerl.errors import UserError
@@ -122,3 +124,35 @@ def test_the_testbed_evaluation_bounds_its_standard_error_by_one_percent():
     cfg = load_config("scalerl", CONFIG_DIR / "testbed" / "tiers.yaml")
     n = (cfg.eval.n_prompts or cfg.task.n_val) * cfg.eval.n_samples
     assert 0.5 / n**0.5 <= 0.01
+
+
+def test_sign_slip_drops_minus_signs_of_negative_partial_sums_at_its_rate():
+    """The warm-up habit RL can unlearn: with ``sign_slip`` q, each negative partial sum of a demonstration loses
+    its minus sign with probability q and the working goes on from the wrong value; nothing else changes, and
+    the problems (prompts, answers, grading) are those of q = 0."""
+    clean, slipped = ArithmeticTask(seed=3), ArithmeticTask(seed=3, sign_slip=0.5)
+    assert [p.id for p in clean.train_problems()] == [p.id for p in slipped.train_problems()]
+    negatives = slips = 0
+    for p in slipped.train_problems():
+        demo = slipped.demonstration(p)
+        assert demo == slipped.demonstration(p)  # deterministic per problem
+        working, answer = demo[len("<think>"):].split("</think>")
+        steps = working.split(" ")
+        acc = int(steps[0].split("+")[0].split("-")[0])
+        for step, op, x in zip(steps, re.findall(r"[+-]", p.prompt[1:]), re.findall(r"\d+", p.prompt)[1:]):
+            true = acc + int(x) if op == "+" else acc - int(x)
+            shown = int(step.split("=")[1])
+            assert step.startswith(f"{acc}{op}{x}=")
+            if true < 0:
+                negatives += 1
+                slips += shown == -true
+                assert shown in (true, -true)
+            else:
+                assert shown == true
+            acc = shown
+        assert answer == str(acc)  # the answer follows the (possibly slipped) working
+        if "=-" not in clean.demonstration(p):
+            assert demo == clean.demonstration(p)
+    assert negatives > 1000 and abs(slips / negatives - 0.5) < 0.05
+    with pytest.raises(UserError, match="sign_slip"):
+        ArithmeticTask(sign_slip=1.0)

@@ -20,6 +20,7 @@ counts; a completion without ``</think>`` is wrong. Rewards (±1 by default, §3
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,7 @@ class ArithmeticTask:
     max_digits: int = 1
     subtraction: bool = True
     tiers: dict[str, Any] | None = None
+    sign_slip: float = 0.0
     name: str = "arithmetic"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
@@ -98,6 +100,8 @@ class ArithmeticTask:
             )
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
+        if not 0.0 <= self.sign_slip < 1.0:
+            raise UserError(f"task.params.sign_slip must be in [0, 1), got {self.sign_slip}")
         self._tiers = (
             _tiers(self.tiers, self.max_digits) if self.tiers is not None
             else [Tier("all", (self.min_operands, self.max_operands), self.max_digits, 1.0)]
@@ -140,8 +144,21 @@ class ArithmeticTask:
         return self._val
 
     def demonstration(self, problem: Problem) -> str:
-        """The correct completion: the left-to-right working in ``<think>...</think>``, then the answer."""
-        return f"{THINK}{' '.join(problem.meta['steps'])}{END_THINK}{problem.answer}"
+        """The left-to-right working in ``<think>...</think>``, then the answer: correct, unless ``sign_slip``
+        (see the module docstring) drops the minus sign of negative partial sums, the slip carried on."""
+        if not self.sign_slip:
+            return f"{THINK}{' '.join(problem.meta['steps'])}{END_THINK}{problem.answer}"
+        rng = np.random.default_rng([self.seed, 0x51C9, *problem.prompt.encode()])
+        numbers = re.findall(r"\d+", problem.prompt)
+        ops = re.findall(r"[+-]", problem.prompt[len(numbers[0]):])
+        acc, steps = int(numbers[0]), []
+        for op, x in zip(ops, map(int, numbers[1:])):
+            new = acc + x if op == "+" else acc - x
+            if new < 0 and rng.random() < self.sign_slip:
+                new = -new
+            steps.append(f"{acc}{op}{x}={new}")
+            acc = new
+        return f"{THINK}{' '.join(steps)}{END_THINK}{acc}"
 
     def grade(self, problem: Problem, completion: str) -> bool:
         head, sep, answer = completion.rpartition(END_THINK)
