@@ -198,3 +198,30 @@ def test_validating_a_bad_config_imports_no_torch(bad):
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("invalid config") and bad.split("=")[0] in lines[0]
     assert lines[-1] == "false"
+
+
+def test_schema_names_are_the_registries_names():
+    """The torch-free schemas (scalerl/schema.py) and the registries hold the same entries."""
+    from scalerl import algo, schema
+    from scalerl.engines.registry import ENGINES
+    from scalerl.pipeline.schedules import SCHEDULES
+
+    registries = {
+        "loss": algo.LOSSES, "curriculum": algo.CURRICULA, "length control": algo.LENGTH_CONTROLS,
+        "aggregation": algo.AGGREGATIONS, "advantage normalisation": algo.ADVANTAGE_NORMS,
+        "schedule": SCHEDULES, "engine": ENGINES,
+    }
+    for kind, registry in registries.items():
+        assert registry.kind == kind
+        assert registry.names() == sorted(schema.REGISTRIES.get(kind) or schema.NAMES[kind]), kind
+
+
+def test_schema_defaults_build_the_registered_defaults():
+    """Each entry built from its schema's defaults equals the implementation built with no arguments."""
+    from scalerl import algo, schema
+
+    for name in schema.REGISTRIES["loss"]:
+        assert algo.build_loss(type("C", (), {"name": name, "params": {}})) == algo.LOSSES.get(name)()
+    for name in schema.REGISTRIES["length control"]:
+        built = algo.build_length_control(type("C", (), {"name": name, "params": {}}))
+        assert built == algo.LENGTH_CONTROLS.get(name)()
