@@ -16,7 +16,8 @@ import copy
 
 import torch
 
-from scalerl.build import build_engine, build_length_control, build_model, build_task
+from scalerl.build import build_length_control, build_model, build_task
+from scalerl.engines.registry import build_engine
 from scalerl.config import load_config
 from scalerl.engines.precision import logprob_mismatch
 from scalerl.models.fp32_head import set_fp32_head

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from scalerl.algo.length_control import PAPER_PHRASE
-from scalerl.build import build_model, check_engine
+from scalerl.build import build_model
+from scalerl.engines.registry import check_engine
 from scalerl.config import ModelConfig, load_config
 from scalerl.engines.base import Sample
 from scalerl.engines.sequence import SequenceState, ThinkEndDetector

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from scalerl import fsdp
-from scalerl.build import build_model, resolve_device
+from scalerl.build import build_model
+from scalerl.device import resolve_device
 from scalerl.config import RunConfig
 from scalerl.errors import UserError
 from scalerl.pipeline.batch import RolloutBatch
