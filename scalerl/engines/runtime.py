@@ -9,8 +9,10 @@ or the hard cap ``max_new_tokens``). Each row keeps its own length, so a row mas
 subset of rows. The built-in engine and the Hugging Face engine both run on it, so they interrupt at the same
 token for the same draws (tests/test_engine_runtime.py).
 
-Thinking ends without an interruption when the completion's tokens end with the tokenized ``think_end`` marker;
-the phrase starts at completion index ``budget``, so exactly ``budget`` thinking tokens precede it.
+Thinking ends without an interruption when the completion's tokens end with the tokenized ``think_end`` marker
+(the built-in tokenizer has it as one token), or, given a ``detect``, when the completion's text holds it (a BPE
+tokenizer may spell it in several ways); the phrase starts at completion index ``budget``, so exactly ``budget``
+thinking tokens precede it.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ class LengthRuntime:
         max_new: int,
         stop_ids: Iterable[int],
         device: Any = "cpu",
+        detect: Any = None,
     ) -> None:
         encode = lambda text: list(tokenizer.encode(text)) if text else []  # noqa: E731
         self.phrase = encode(getattr(length, "phrase", "")) if length is not None else []
@@ -82,6 +85,9 @@ class LengthRuntime:
         self.max_new, self.pad_id = max_new, tokenizer.pad_id
         self.think_end = encode(getattr(length, "think_end", "")) if self.active else []
         self.device = device
+        # detect(tokens) -> bool, with detect.may_close(last_token) (engines.sequence.ThinkEndDetector): the
+        # marker recognised as text, for tokenizers that can spell it in several ways (BPE); None: as tokens
+        self.detect = detect if self.active else None
 
         def tensor(values: Any, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype, device=device)
@@ -124,7 +130,7 @@ class LengthRuntime:
         self.versions.scatter_(1, where, torch.where(live, version, self.versions.gather(1, where).squeeze(1))[:, None])
         self.lengths = at + live.long()
         if self.active:
-            self._advance_interruptions(live)
+            self._advance_interruptions(live, tok)
         ended = live & ~self.forcing & torch.isin(tok, self._stop_t)
         cut = live & ~ended & ((self.lengths >= self.max_new) | (self._answer_left <= 0))
         self.finished |= ended
@@ -132,9 +138,15 @@ class LengthRuntime:
         self.done |= ended | cut
         return tok
 
-    def _advance_interruptions(self, live: torch.Tensor) -> None:
+    def _advance_interruptions(self, live: torch.Tensor, tok: torch.Tensor) -> None:
         k = len(self.think_end)
-        if k:  # the sequence closed its thinking itself: its tokens end with the marker's
+        if self.detect is not None:  # the sequence closed its thinking itself: its text holds the marker
+            rows = (live & ~self.forcing & self.thinking).nonzero().flatten().tolist()
+            last = tok.tolist() if rows else []
+            for row in rows:
+                if self.detect.may_close(last[row]) and self.detect(self.tokens[row, : self.lengths[row]].tolist()):
+                    self.thinking[row] = False
+        elif k:  # the sequence closed its thinking itself: its tokens end with the marker's
             idx = (self.lengths[:, None] - k + torch.arange(k, device=self.lengths.device)).clamp(min=0)
             closed = (self.lengths >= k) & (self.tokens.gather(1, idx) == self._end_t).all(-1)
             self.thinking &= ~(closed & live & ~self.forcing)

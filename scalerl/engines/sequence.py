@@ -103,13 +103,16 @@ class ThinkEndDetector:
         self.tokenizer, self.think_end = tokenizer, think_end
         self._last_char: dict[int, bool] = {}
 
-    def __call__(self, tokens: list[int]) -> bool:
+    def may_close(self, last: int) -> bool:
+        """Can a completion ending in token ``last`` contain the marker it did not before? (cached per id)"""
         if not self.think_end:
             return False
-        last = tokens[-1]
         if last not in self._last_char:
             self._last_char[last] = self.think_end[-1] in self.tokenizer.decode([last])
-        return self._last_char[last] and self.think_end in self.tokenizer.decode(tokens)
+        return self._last_char[last]
+
+    def __call__(self, tokens: list[int]) -> bool:
+        return self.may_close(tokens[-1]) and self.think_end in self.tokenizer.decode(tokens)
 
 
 def think_end_detector(tokenizer: Tokenizer, length: Any) -> ThinkEndDetector:
