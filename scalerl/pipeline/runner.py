@@ -40,6 +40,7 @@ from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.models.registry import prompt_encoder
+from scalerl.pipeline.prepare import update_curriculum as _update_curriculum
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
 from scalerl.progress import RunDisplay
@@ -286,10 +287,3 @@ def _run(
         backend.close()
         log.close()
     return forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
-
-
-def _update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
-    for gi, pid in enumerate(batch.problem_ids):
-        sel = batch.group == gi
-        curriculum.update(pid, int(batch.correct[sel].sum()), int(sel.sum()))
-
