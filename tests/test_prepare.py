@@ -17,40 +17,22 @@ from scalerl.pipeline.batch import RolloutBatch
 from scalerl.pipeline.prepare import ORDER, PREP_STEPS, StageConfig, prepare
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.trainer import Trainer
+from test_trainer_update import ragged_batch
 
 SETS = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.max_seq_len=64", "threads=1",
         "optim.grad_clip=1e9"]
 
 
-def _batch(seed: int = 0, n: int = 24, groups: int = 6) -> RolloutBatch:
-    """Right-padded rollouts: 6 groups of 4; group 0 all correct, group 1 all wrong, the rest mixed."""
-    g = torch.Generator().manual_seed(seed)
-    prompt = torch.randint(3, 6, (n,), generator=g)
-    completion = torch.randint(1, 14, (n,), generator=g)
-    width = int((prompt + completion).max())
-    ids = torch.zeros(n, width, dtype=torch.long)
-    attn = torch.zeros(n, width, dtype=torch.bool)
-    loss_mask, gen_lp = torch.zeros(n, width), torch.zeros(n, width)
-    versions = torch.full((n, width), -1, dtype=torch.long)
-    for i in range(n):
-        p, c = int(prompt[i]), int(completion[i])
-        ids[i, : p + c] = torch.randint(3, 30, (p + c,), generator=g)
-        attn[i, : p + c] = True
-        loss_mask[i, p : p + c] = 1.0
-        gen_lp[i, p : p + c] = -torch.rand(c, generator=g) * 3
-        versions[i, p : p + c] = 4
-    group = torch.arange(n) // (n // groups)
-    correct = torch.rand(n, generator=g) < 0.5
-    correct[group == 0], correct[group == 1] = True, False
-    correct[(group >= 2) & (torch.arange(n) % 4 == 0)] = True
-    correct[(group >= 2) & (torch.arange(n) % 4 == 1)] = False
-    rewards = torch.where(correct, 1.0, -1.0)
-    return RolloutBatch(
-        index=0, problem_ids=[str(i) for i in range(groups)], group=group, input_ids=ids, attention_mask=attn,
-        loss_mask=loss_mask, gen_logprobs=gen_lp, versions=versions, rewards=rewards, correct=correct,
-        truncated=torch.zeros(n, dtype=torch.bool), interrupted=torch.zeros(n, dtype=torch.bool),
-        completion_lengths=completion,
-    )
+def _batch(seed: int = 0) -> RolloutBatch:
+    """24 right-padded rollouts in 6 groups of 4: group 0 all correct, group 1 all wrong, the rest mixed;
+    every sampled token from policy version 4."""
+    b = ragged_batch(n=24, groups=6, seed=seed)
+    b.group = torch.arange(24) // 4
+    b.versions = torch.where(b.loss_mask > 0, 4, -1)
+    idx = torch.arange(24)
+    b.correct = (b.group == 0) | ((b.group >= 2) & (idx % 2 == 0))
+    b.rewards = torch.where(b.correct, 1.0, -1.0)
+    return b
 
 
 def test_steps_are_registered_in_order():
@@ -60,6 +42,7 @@ def test_steps_are_registered_in_order():
 def test_staleness_guard_drops_the_whole_group():
     b = _batch()
     b.versions[9, b.loss_mask[9] > 0] = 0  # sequence 9 (group 2) is 6 versions old at trainer version 6
+    assert bool((b.loss_mask[9] > 0).any())
     p = prepare(b, 6, StageConfig(max_staleness=4, zero_variance_filter=False, advantage_norm="batch", advantage_eps=1e-6))
     assert p.keep.tolist() == [g != 2 for g in b.group.tolist()]
     assert p.stats["train/stale_dropped"] == 1.0 and p.stats["train/staleness_max"] == 6.0
