@@ -26,7 +26,7 @@ from scalerl.engines.builtin import BuiltinEngine
 from scalerl.engines.runtime import left_pad
 from scalerl.models.tiny import build_tiny, to_hf_llama
 from scalerl.models.tokenizer import CharTokenizer
-from scalerl.pipeline.generator import encode_prompt
+from scalerl.models.registry import encode_prompt
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 

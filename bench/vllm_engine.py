@@ -32,7 +32,7 @@ from scalerl.engines.registry import native_engine
 from scalerl.config import EngineConfig, ModelConfig
 from scalerl.engines.vllm import VLLMEngine
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
-from scalerl.pipeline.generator import prompt_encoder
+from scalerl.models.registry import prompt_encoder
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 
