@@ -12,6 +12,7 @@ The config tree keeps ``params`` as the mapping the user wrote (so a resolved co
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import fields as dataclass_fields, is_dataclass
 from typing import Annotated, Any, Literal, Union
@@ -33,14 +34,14 @@ PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final ans
 
 
 def number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"must be a number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
     return float(value)
 
 
 def integer(value: Any) -> int:
     """A float with a fractional part is refused; ``4.0`` is 4."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or float(value) != int(value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or float(value) != int(value):
         raise ValueError(f"must be an integer, got {value!r}")
     return int(value)
 

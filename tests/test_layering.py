@@ -225,3 +225,12 @@ def test_schema_defaults_build_the_registered_defaults():
     for name in schema.REGISTRIES["length control"]:
         built = algo.build_length_control(type("C", (), {"name": name, "params": {}}))
         assert built == algo.LENGTH_CONTROLS.get(name)()
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan")])
+def test_a_non_finite_parameter_is_a_one_line_error_naming_it(value):
+    from scalerl.config import build_config
+    from scalerl.errors import UserError
+
+    with pytest.raises(UserError, match=r"algo\.length\.params\.think_lo: must be an integer"):
+        build_config({"algo": {"length": {"name": "interruption", "params": {"think_lo": value}}}})
