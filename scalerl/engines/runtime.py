@@ -94,7 +94,8 @@ class LengthRuntime:
 
         self._phrase_t = tensor(self.phrase + [tokenizer.pad_id], torch.long)
         self._end_t = tensor(self.think_end, torch.long)
-        self._stop_t = tensor(sorted(set(stop_ids)), torch.long)
+        self.stop_ids = frozenset(stop_ids)
+        self._stop_t = tensor(sorted(self.stop_ids), torch.long)
         self._budget = tensor([NEVER if b is None else b for b in self.budgets], torch.long)
         flags = lambda: torch.zeros(n_seq, dtype=torch.bool, device=device)  # noqa: E731
         self.thinking = ~flags()
@@ -108,11 +109,16 @@ class LengthRuntime:
         self.versions = torch.full((n_seq, max_new), -1, dtype=torch.long, device=device)
 
     def step(
-        self, sampled: torch.Tensor, logprobs: torch.Tensor, version: int, rows: torch.Tensor | None = None
+        self,
+        sampled: torch.Tensor,
+        logprobs: torch.Tensor,
+        version: int | torch.Tensor,
+        rows: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Advance the rows in ``rows`` (bool [N]; default every row not done) by one token each: ``sampled``
         [N] is what the sampler drew (ignored where the phrase is forced), ``logprobs`` [N] their generator
-        log-probs. Returns the tokens written [N] (pad where a row did not advance)."""
+        log-probs, ``version`` the policy version they were sampled under (one, or one per row). Returns the tokens
+        written [N] (pad where a row did not advance)."""
         live = ~self.done if rows is None else rows & ~self.done
         at = self.lengths
         if self.active:
