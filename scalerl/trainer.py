@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from scalerl import algo
-from scalerl.config import RunConfig
+from scalerl.config import AlgoConfig, OptimConfig
 from scalerl.errors import UserError
 from scalerl.models.fp32_head import enable_fp32_head, token_logprobs
 from scalerl.pipeline.batch import RolloutBatch
@@ -42,25 +42,32 @@ ROWS_PER_BUCKET = 32
 
 class Trainer:
     def __init__(
-        self, model: torch.nn.Module, cfg: RunConfig, schedule: Schedule, split: "DataParallel | None" = None
+        self,
+        model: torch.nn.Module,
+        algo_cfg: AlgoConfig,
+        optim: OptimConfig,
+        schedule: Schedule,
+        split: "DataParallel | None" = None,
     ) -> None:
+        """``algo_cfg`` (the run's ``algo``) names the loss, aggregation and batch preparation; ``optim`` the
+        optimizer's numbers; nothing else of the run's config reaches the trainer."""
         self.model = model
-        self.cfg = cfg
+        self.optim = optim
         self.schedule = schedule
         self.split = split  # None: this process trains on the whole batch alone
-        if cfg.algo.fp32_head:
+        if algo_cfg.fp32_head:
             enable_fp32_head(model)
         self.stage = StageConfig(
             max_staleness=schedule.max_staleness(),
-            zero_variance_filter=cfg.algo.zero_variance_filter,
-            advantage_norm=cfg.algo.advantages.norm,
-            advantage_eps=cfg.algo.advantages.eps,
+            zero_variance_filter=algo_cfg.zero_variance_filter,
+            advantage_norm=algo_cfg.advantages.norm,
+            advantage_eps=algo_cfg.advantages.eps,
         )
-        self.loss_fn = algo.build_loss(cfg.algo.loss)
-        self.aggregate = algo.AGGREGATIONS.get(cfg.algo.aggregation, "algo.aggregation")
+        self.loss_fn = algo.build_loss(algo_cfg.loss)
+        self.aggregate = algo.AGGREGATIONS.get(algo_cfg.aggregation, "algo.aggregation")
         if split is not None:
-            split.check_linear(self.aggregate, cfg.algo.aggregation)
-        o = cfg.optim
+            split.check_linear(self.aggregate, algo_cfg.aggregation)
+        o = optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
             lr=o.lr,
@@ -140,7 +147,7 @@ class Trainer:
         and width: the same values and gradients as one forward over the padded batch, on far fewer tokens."""
         autocast = (
             torch.autocast(device_type=b.input_ids.device.type, dtype=torch.bfloat16)
-            if self.cfg.optim.bf16_autocast
+            if self.optim.bf16_autocast
             else nullcontext()
         )
         width = b.input_ids.shape[1]
@@ -192,7 +199,7 @@ class Trainer:
         t0 = time.perf_counter()
         objective.backward()
         t1 = time.perf_counter()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             return self._skip_nonfinite("gradient", {"loss": loss.item(), "grad_norm": float("nan")})
@@ -220,7 +227,7 @@ class Trainer:
         if self.nonfinite_streak >= MAX_NONFINITE:
             raise UserError(
                 f"training diverged: {self.nonfinite_streak} steps in a row gave a non-finite {what} and were skipped; "
-                f"the last checkpoint holds finite weights. Lower optim.lr (now {self.cfg.optim.lr:g}) or raise "
+                f"the last checkpoint holds finite weights. Lower optim.lr (now {self.optim.lr:g}) or raise "
                 "optim.warmup_steps, then --resume"
             )
         return {**stats, "train/nan_skipped": 1.0}

@@ -65,7 +65,7 @@ def test_trainer_step_gives_the_hand_written_loss_and_gradients(preset):
     b = _batch(seed=1)
     model = build_model(cfg.model, 0).model
     reference = copy.deepcopy(model)
-    tr = Trainer(model, cfg, SCHEDULES.get(cfg.schedule.name)(cfg.schedule.k))
+    tr = Trainer(model, cfg.algo, cfg.optim, SCHEDULES.get(cfg.schedule.name)(cfg.schedule.k))
     stats = tr.step(b)
 
     # the same step written out: filter, advantages on the kept groups, loss, aggregation, gradients
