@@ -214,6 +214,12 @@ def test_schema_names_are_the_registries_names():
     for kind, registry in registries.items():
         assert registry.kind == kind
         assert registry.names() == sorted(schema.REGISTRIES.get(kind) or schema.NAMES[kind]), kind
+    from typing import get_args
+
+    from scalerl.config import RunConfig
+    from scalerl.pipeline.backends import BACKENDS
+
+    assert BACKENDS.names() == sorted(get_args(RunConfig.model_fields["backend"].annotation))
 
 
 def test_schema_defaults_build_the_registered_defaults():

@@ -232,7 +232,7 @@ def build_tiny(cfg: ModelConfig, seed: int, tokenizer: CharTokenizer | None = No
 
 @MODELS.register("tiny")
 def tiny_factory(cfg: ModelConfig, seed: int) -> ModelBundle:
-    """``model.name: tiny``: the built-in transformer and its tokenizer (generated with by the built-in KV-cache engine)."""
+    """``model.name: tiny``: the built-in transformer and its tokenizer (the built-in KV-cache engine generates with it)."""
     tokenizer = CharTokenizer()
     model = build_tiny(cfg, seed, tokenizer)
     spec = {
