@@ -22,10 +22,11 @@ import torch  # noqa: E402
 
 from scalerl.algo.length_control import LengthControl
 from scalerl.config import ModelConfig
-from scalerl.engines.builtin import BuiltinEngine, left_pad
+from scalerl.engines.builtin import BuiltinEngine
+from scalerl.engines.runtime import left_pad
 from scalerl.models.tiny import build_tiny, to_hf_llama
 from scalerl.models.tokenizer import CharTokenizer
-from scalerl.pipeline.generator import encode_prompt
+from scalerl.models.registry import encode_prompt
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 

@@ -20,8 +20,9 @@ import torch
 
 from scalerl.build import build_length_control, build_model, build_task
 from scalerl.config import config_from_run_dir, load_config
+from scalerl.engines.registry import native_engine
 from scalerl.evaluate import evaluate
-from scalerl.pipeline.generator import prompt_encoder
+from scalerl.models.registry import prompt_encoder
 from scalerl.runlog import load_latest_checkpoint
 
 
@@ -47,7 +48,7 @@ def main() -> None:
         warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=cfg.seed)
         where = f"preset {args.preset} after its warm-up"
     bundle.model.eval()
-    engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
+    engine = native_engine(bundle, fp32_head=cfg.algo.fp32_head)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
     runs = [
         evaluate(engine, prompt_encoder(bundle), task, val, cfg.eval.n_samples, build_length_control(cfg), seed=1000 + i)

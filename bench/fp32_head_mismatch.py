@@ -16,11 +16,12 @@ import copy
 
 import torch
 
-from scalerl.build import build_engine, build_length_control, build_model, build_task
+from scalerl.build import build_length_control, build_model, build_task
+from scalerl.engines.registry import build_engine
 from scalerl.config import load_config
 from scalerl.engines.precision import logprob_mismatch
 from scalerl.models.fp32_head import set_fp32_head
-from scalerl.pipeline.generator import prompt_encoder
+from scalerl.models.registry import prompt_encoder
 
 
 def spread(cfg_sets: list[str], model: torch.nn.Module, bundle, prompts: list[list[int]], seed: int) -> dict[str, float]:

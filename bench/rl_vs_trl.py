@@ -78,7 +78,7 @@ from scalerl.errors import UserError
 from scalerl.models.tiny import to_hf_llama
 from scalerl.models.tokenizer import BOS, EOS, PAD, CharTokenizer
 from scalerl.models.warmup import warmup
-from scalerl.pipeline.generator import encode_prompt
+from scalerl.models.registry import encode_prompt
 from scalerl.pipeline.runner import train
 from scalerl.runlog import read_metrics
 

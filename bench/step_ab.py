@@ -36,7 +36,7 @@ state = copy.deepcopy(bundle.model.state_dict())
 times = []
 for r in range(reps):
     bundle.model.load_state_dict(state)
-    tr = Trainer(bundle.model, cfg, schedule)
+    tr = Trainer(bundle.model, cfg.algo, cfg.optim, schedule)
     t0 = time.perf_counter(); tr.step(batch); times.append(time.perf_counter() - t0)
 print(f"{sys.argv[0]} tree={__import__('scalerl').__file__} threads={threads} mean_len={batch.completion_lengths.float().mean():.1f} "
       f"step median={statistics.median(times[1:]):.3f}s min={min(times[1:]):.3f} max={max(times[1:]):.3f}")

@@ -26,11 +26,13 @@ import rounds  # noqa: E402
 import torch  # noqa: E402
 
 from scalerl.algo.length_control import LengthControl
-from scalerl.build import build_model, resolve_device
+from scalerl.build import build_model
+from scalerl.device import resolve_device
+from scalerl.engines.registry import native_engine
 from scalerl.config import EngineConfig, ModelConfig
 from scalerl.engines.vllm import VLLMEngine
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
-from scalerl.pipeline.generator import prompt_encoder
+from scalerl.models.registry import prompt_encoder
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 
@@ -84,7 +86,7 @@ def main() -> None:
     t0 = time.perf_counter()
     vllm_engine.load_weights(policy.state_dict(), version=1)  # what each in-flight update costs (§3.1)
     update_s = time.perf_counter() - t0
-    native = bundle.make_engine(build_model(cfg, seed=0).model.to(device), bundle.tokenizer, fp32_head=args.fp32_head)
+    native = native_engine(bundle, build_model(cfg, seed=0).model.to(device), fp32_head=args.fp32_head)
     native.load_weights(policy.state_dict(), version=0)
 
     samples: dict[str, list] = {}

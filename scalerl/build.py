@@ -1,4 +1,5 @@
-"""Build the run's parts from its config: task, model bundle, length control. The only place that turns
+"""Build the run's parts from its config: task, model bundle, length control (engines build themselves:
+``scalerl/engines/registry.py``). The only place that turns
 names into objects for a run, so the trainer, the generator process and the evaluator agree."""
 
 from __future__ import annotations
@@ -48,36 +49,6 @@ def build_model(cfg: ModelConfig, seed: int) -> ModelBundle:
         f"model.name: unknown model {cfg.name!r}; choose one of: {', '.join(MODELS.names())}, "
         "or give a local Hugging Face model folder"
     )
-
-
-def resolve_device(name: str):
-    """``auto`` is the first CUDA device when there is one, else the CPU."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UserError(f"device: {name!r} is not a device; use auto, cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"device: {name!r} asked for, but this machine has no CUDA device; use device=cpu")
-    return device
-
-
-def build_engine(cfg: RunConfig, bundle: ModelBundle):
-    """The generators' engine around ``bundle``'s model: ``engine.name`` looked up in ``ENGINES``."""
-    from scalerl.engines.registry import ENGINES
-
-    return ENGINES.get(cfg.engine.name, "engine.name").build(bundle, cfg)
-
-
-def check_engine(cfg: RunConfig, bundle: ModelBundle) -> None:
-    """Raise a ``UserError`` now, before the run writes anything, if the configured engine cannot serve
-    ``bundle``'s model on this machine (the engine itself is built later, in the generator)."""
-    from scalerl.engines.registry import ENGINES
-
-    ENGINES.get(cfg.engine.name, "engine.name").check(bundle)
 
 
 def build_length_control(cfg: RunConfig, tokenizer: Any = None):

@@ -5,7 +5,9 @@ CISPO loss, prompt-level aggregation, batch-level advantage normalisation, zero-
 No-Positive-Resampling, interruption length control, FP32 LM head, PipelineRL-8.
 
 Algorithm choices are *names* looked up in registries (``scalerl.algo``) plus a ``params`` mapping handed to
-the registered implementation, whose own signature holds the defaults. The trainer never sees a recipe name.
+the registered implementation; ``scalerl/schema.py`` types every entry's params (fields, bounds, defaults) as a
+pydantic union discriminated by name, so validating a config builds nothing and imports no torch. The trainer
+never sees a recipe name.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from scalerl import schema
 from scalerl.errors import UserError, read_user_text
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
@@ -148,6 +151,12 @@ class EngineConfig(Strict):
 SHORTHAND_SECTIONS = ("model", "engine")
 
 
+def expand_shorthand(key: str, value: Any) -> Any:
+    """The one rule for the shorthand: ``model=smollm2-135m`` is ``model.name=smollm2-135m`` (``engine=vllm``
+    too); any other key or value is returned as it is."""
+    return {"name": value} if key in SHORTHAND_SECTIONS and isinstance(value, str) else value
+
+
 class RunConfig(Strict):
     name: str = "scalerl"
     seed: int = 0
@@ -175,9 +184,8 @@ class RunConfig(Strict):
 
     @field_validator(*SHORTHAND_SECTIONS, mode="before")
     @classmethod
-    def _name_shorthand(cls, value: Any) -> Any:
-        """``--set model=smollm2-135m`` is short for ``--set model.name=smollm2-135m`` (``engine=vllm`` too)."""
-        return {"name": value} if isinstance(value, str) else value
+    def _name_shorthand(cls, value: Any, info: ValidationInfo) -> Any:
+        return expand_shorthand(str(info.field_name), value)
 
     @model_validator(mode="after")
     def _names_exist(self) -> "RunConfig":
@@ -186,16 +194,11 @@ class RunConfig(Strict):
 
 
 def check_names(cfg: RunConfig) -> None:
-    """Every name in the algorithm section must be registered, and its params must fit the entry."""
-    from scalerl import algo  # imported here: registries pull in torch
-
-    algo.validate(cfg.algo)
-    from scalerl.pipeline.schedules import SCHEDULES
-
-    SCHEDULES.get(cfg.schedule.name, "schedule.name")
-    from scalerl.engines.registry import ENGINES
-
-    ENGINES.get(cfg.engine.name, "engine.name")
+    """Every registry name known and every params mapping valid for its entry, against the typed schemas
+    (``scalerl/schema.py``): torch-free, nothing built."""
+    schema.check_algo(cfg.algo)
+    schema.check_name("schedule", cfg.schedule.name, "schedule.name")
+    schema.check_name("engine", cfg.engine.name, "engine.name")
 
 
 # ---------------------------------------------------------------------------------------------- loading
@@ -292,12 +295,12 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
 
     A shorthand (``model=smollm2-135m``) is ``model.name=smollm2-135m``, in ``data`` as in the items, so that
     ``model.dtype=...`` given as well lands in the same section in either order."""
-    data = {k: ({"name": v} if k in SHORTHAND_SECTIONS and isinstance(v, str) else v) for k, v in data.items()}
+    data = {k: expand_shorthand(k, v) for k, v in data.items()}
     layer: dict[str, Any] = {}
     for item in overrides:
         path, value = parse_override(item)
-        if len(path) == 1 and path[0] in SHORTHAND_SECTIONS and isinstance(value, str):
-            path = [path[0], "name"]
+        if len(path) == 1 and isinstance(expanded := expand_shorthand(path[0], value), dict):
+            path, value = [path[0], "name"], expanded["name"]
         node, have = layer, data
         for depth, part in enumerate(path[:-1]):
             have = have.get(part) if isinstance(have, dict) else None

@@ -5,11 +5,16 @@ name and an ablation is a config change.
 
 from __future__ import annotations
 
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 from scalerl.errors import UserError
 
 T = TypeVar("T")
+
+
+def unknown_name(kind: str, name: object, choices: Iterable[str]) -> str:
+    """The one wording for a name a registry does not hold (the torch-free config check words it alike)."""
+    return f"unknown {kind} {name!r}; choose one of: {', '.join(sorted(choices))}"
 
 
 class Registry(Generic[T]):
@@ -34,9 +39,7 @@ class Registry(Generic[T]):
             return self._items[name]
         except KeyError:
             where = f"{field}: " if field else ""
-            raise UserError(
-                f"{where}unknown {self.kind} {name!r}; choose one of: {', '.join(sorted(self._items))}"
-            ) from None
+            raise UserError(f"{where}{unknown_name(self.kind, name, self._items)}") from None
 
     def names(self) -> list[str]:
         return sorted(self._items)

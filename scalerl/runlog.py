@@ -52,15 +52,11 @@ class RunLog:
     def consumed(self, step: int, problem_ids: list[str]) -> None:
         append_jsonl(self.dir / CONSUMED, {"step": step, "problem_ids": problem_ids})
 
-    def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
 
-    def truncate(self, last_step: int, keep_eval_at: bool = True) -> None:
+    def truncate(self, last_step: int) -> None:
         """Drop metric and consumed lines of steps after ``last_step`` (and a trailing partial line)."""
         for name in (METRICS, CONSUMED):
             path = self.dir / name

@@ -2,11 +2,8 @@
 from the registries by the config's names (design.md); nothing here knows which recipe it runs.
 
 One step on a ``RolloutBatch`` (§3.10):
-  1. staleness guard: a sequence whose oldest sampled token is more than the schedule's bound behind the
-     trainer's version is dropped with its whole group (§3.1; by construction this never fires, and the
-     count is logged so a run proves it);
-  2. zero-variance filtering: groups whose generations are all correct or all incorrect are dropped, no refill (§3.6);
-  3. advantages on the kept groups: group-mean baseline, batch/prompt/none normalisation (§3.5);
+  1-3. the batch-preparation stage (``pipeline/prepare.py``): staleness guard (§3.1), zero-variance filtering
+     (§3.6), advantages on the kept groups (§3.5);
   4. recompute log-probs of the taken tokens (FP32 LM head when on, §3.3), per-token loss from the
      registry, aggregation (§3.4), backward, gradient clipping, AdamW with linear warm-up.
 A non-finite loss or gradient skips the step: it is logged, never applied.
@@ -28,10 +25,11 @@ import torch
 import torch.nn.functional as F
 
 from scalerl import algo
-from scalerl.config import RunConfig
+from scalerl.config import AlgoConfig, OptimConfig
 from scalerl.errors import UserError
 from scalerl.models.fp32_head import enable_fp32_head, token_logprobs
 from scalerl.pipeline.batch import RolloutBatch
+from scalerl.pipeline.prepare import StageConfig, prepare
 from scalerl.pipeline.schedules import Schedule
 
 if TYPE_CHECKING:
@@ -44,19 +42,32 @@ ROWS_PER_BUCKET = 32
 
 class Trainer:
     def __init__(
-        self, model: torch.nn.Module, cfg: RunConfig, schedule: Schedule, split: "DataParallel | None" = None
+        self,
+        model: torch.nn.Module,
+        algo_cfg: AlgoConfig,
+        optim: OptimConfig,
+        schedule: Schedule,
+        split: "DataParallel | None" = None,
     ) -> None:
+        """``algo_cfg`` (the run's ``algo``) names the loss, aggregation and batch preparation; ``optim`` the
+        optimizer's numbers; nothing else of the run's config reaches the trainer."""
         self.model = model
-        self.cfg = cfg
+        self.optim = optim
         self.schedule = schedule
         self.split = split  # None: this process trains on the whole batch alone
-        if cfg.algo.fp32_head:
+        if algo_cfg.fp32_head:
             enable_fp32_head(model)
-        self.loss_fn = algo.build_loss(cfg.algo.loss)
-        self.aggregate = algo.AGGREGATIONS.get(cfg.algo.aggregation, "algo.aggregation")
+        self.stage = StageConfig(
+            max_staleness=schedule.max_staleness(),
+            zero_variance_filter=algo_cfg.zero_variance_filter,
+            advantage_norm=algo_cfg.advantages.norm,
+            advantage_eps=algo_cfg.advantages.eps,
+        )
+        self.loss_fn = algo.build_loss(algo_cfg.loss)
+        self.aggregate = algo.AGGREGATIONS.get(algo_cfg.aggregation, "algo.aggregation")
         if split is not None:
-            split.check_linear(self.aggregate, cfg.algo.aggregation)
-        o = cfg.optim
+            split.check_linear(self.aggregate, algo_cfg.aggregation)
+        o = optim
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad],
             lr=o.lr,
@@ -98,48 +109,20 @@ class Trainer:
         self.version = int(state["version"])
 
     # ------------------------------------------------------------------------------------------- step
-    def _groups_where(self, bad: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
-        """[N] True for every sequence whose group contains a ``bad`` sequence."""
-        bad_groups = torch.unique(group[bad])
-        return torch.isin(group, bad_groups)
-
     def step(self, batch: RolloutBatch) -> dict[str, float]:
-        cfg = self.cfg
         self.timings = {}
-        oldest = batch.oldest_version()
-        has_tokens = oldest >= 0
-        staleness = torch.where(has_tokens, self.version - oldest, torch.zeros_like(oldest))
-        stale = staleness > self.schedule.max_staleness()
-        keep = ~self._groups_where(stale, batch.group)
-        if cfg.algo.zero_variance_filter:
-            keep &= algo.zero_variance_mask(batch.correct, batch.group)  # correctness, not shaped reward (§3.6)
-        stats: dict[str, float] = {
-            "train/reward_mean": batch.rewards.mean().item(),
-            "train/pass_rate": batch.correct.float().mean().item(),
-            "train/truncation_rate": batch.truncated.float().mean().item(),
-            "train/interruption_rate": batch.interrupted.float().mean().item(),
-            "train/completion_len_mean": batch.completion_lengths.float().mean().item(),
-            "train/staleness_mean": staleness[has_tokens].float().mean().item() if has_tokens.any() else 0.0,
-            "train/staleness_max": float(staleness.max().item()) if has_tokens.any() else 0.0,
-            "train/stale_dropped": float(stale.sum().item()),
-            "train/inflight_frac": (batch.version_span() > 0).float().mean().item(),
-            "train/zero_var_frac": algo.zero_variance_frac(batch.correct, batch.group),
-            "train/samples": float(batch.n),
-            "train/samples_kept": float(keep.sum().item()),
-            "train/tokens_kept": float(batch.attention_mask[keep].sum().item()),  # trained tokens (compute.py)
-            "lr": self.optimizer.param_groups[0]["lr"],
-        }
+        prepared = prepare(batch, self.version, self.stage)  # staleness, zero-variance filter, advantages
+        stats = {**prepared.stats, "lr": self.optimizer.param_groups[0]["lr"]}
         self.version += 1
+        keep = prepared.keep
         if not keep.any():  # nothing to learn from: no optimizer step, and the LR warm-up does not advance
             stats.update({"loss": 0.0, "grad_norm": 0.0, "train/skipped": 1.0})
             return stats
         device = next(self.model.parameters()).device
-        stats.update(self._update(batch.select(keep).to(device)))
+        stats.update(self._update(batch.select(keep).to(device), prepared.advantages.to(device)))
         return stats
 
-    def _update(self, b: RolloutBatch) -> dict[str, float]:
-        cfg = self.cfg
-        adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
+    def _update(self, b: RolloutBatch, adv: torch.Tensor) -> dict[str, float]:
         self.model.train()
         mask = b.loss_mask[:, 1:]
         t0 = time.perf_counter()
@@ -164,7 +147,7 @@ class Trainer:
         and width: the same values and gradients as one forward over the padded batch, on far fewer tokens."""
         autocast = (
             torch.autocast(device_type=b.input_ids.device.type, dtype=torch.bfloat16)
-            if self.cfg.optim.bf16_autocast
+            if self.optim.bf16_autocast
             else nullcontext()
         )
         width = b.input_ids.shape[1]
@@ -216,7 +199,7 @@ class Trainer:
         t0 = time.perf_counter()
         objective.backward()
         t1 = time.perf_counter()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.optim.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
             return self._skip_nonfinite("gradient", {"loss": loss.item(), "grad_norm": float("nan")})
@@ -244,7 +227,7 @@ class Trainer:
         if self.nonfinite_streak >= MAX_NONFINITE:
             raise UserError(
                 f"training diverged: {self.nonfinite_streak} steps in a row gave a non-finite {what} and were skipped; "
-                f"the last checkpoint holds finite weights. Lower optim.lr (now {self.cfg.optim.lr:g}) or raise "
+                f"the last checkpoint holds finite weights. Lower optim.lr (now {self.optim.lr:g}) or raise "
                 "optim.warmup_steps, then --resume"
             )
         return {**stats, "train/nan_skipped": 1.0}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from scalerl.models.tokenizer import INTERRUPTION_PHRASE, CharTokenizer
-from scalerl.pipeline.generator import encode_prompt
+from scalerl.models.registry import encode_prompt
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 _PATH = Path(__file__).resolve().parent.parent / "bench" / "rl_vs_trl.py"

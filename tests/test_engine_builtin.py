@@ -7,7 +7,8 @@ import torch
 
 from scalerl.config import ModelConfig
 from scalerl.engines.base import Engine
-from scalerl.engines.builtin import BuiltinEngine, sample_tokens
+from scalerl.engines.builtin import BuiltinEngine
+from scalerl.engines.runtime import sample_tokens
 from scalerl.models.tiny import build_tiny
 from scalerl.models.tokenizer import INTERRUPTION_PHRASE, CharTokenizer
 

@@ -14,9 +14,10 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 from scalerl.algo.length_control import Interruption, LengthControl  # noqa: E402
 from scalerl.engines.base import Engine, Sample  # noqa: E402
 from scalerl.engines.hf import HFEngine  # noqa: E402
-from scalerl.engines.sequence import SequenceState, ThinkEndDetector  # noqa: E402
+from scalerl.engines.sequence import ThinkEndDetector  # noqa: E402
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs  # noqa: E402
 from scalerl.models.hf import HFPolicy  # noqa: E402
+from test_engine_runtime import OneRow  # noqa: E402
 
 
 class CharTokenizer:
@@ -158,9 +159,8 @@ def test_interruption_phrase_forced_at_the_drawn_budget():
         assert PHRASE in s.text
 
 
-def _state(budget: int | None, max_new: int = 30, answer_budget: int = 3) -> SequenceState:
-    return SequenceState(sample=Sample(prompt_tokens=[3], think_budget=budget), phrase=TOK.encode(PHRASE),
-                         answer_budget=answer_budget, max_new=max_new, stop_ids=frozenset({TOK.eos_id}))
+def _state(budget: int | None, max_new: int = 30, answer_budget: int = 3) -> OneRow:
+    return OneRow(TOK, budget, PHRASE, answer_budget, max_new, {TOK.eos_id}, ThinkEndDetector(TOK, "</think>"))
 
 
 def test_think_end_spanning_several_tokens_ends_thinking_without_interruption():

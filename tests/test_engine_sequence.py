@@ -14,33 +14,32 @@ from pathlib import Path
 import pytest
 
 from scalerl.algo.length_control import PAPER_PHRASE
-from scalerl.build import build_model, check_engine
+from scalerl.build import build_model
+from scalerl.engines.registry import check_engine
 from scalerl.config import ModelConfig, load_config
-from scalerl.engines.base import Sample
-from scalerl.engines.sequence import SequenceState, ThinkEndDetector
+from scalerl.engines.sequence import ThinkEndDetector
 from scalerl.errors import UserError
+from scalerl.engines.base import Sample
 from scalerl.models.tokenizer import CharTokenizer
+from test_engine_runtime import OneRow
 
 TOK = CharTokenizer()
 PHRASE = TOK.encode(PAPER_PHRASE)
 DETECT = ThinkEndDetector(TOK, "</think>")
 
 
-def _state(budget: int | None, answer: int = 3, max_new: int = 60) -> SequenceState:
-    return SequenceState(
-        sample=Sample(prompt_tokens=[1], think_budget=budget), phrase=PHRASE, answer_budget=answer,
-        max_new=max_new, stop_ids=frozenset({TOK.eos_id}),
-    )
+def _state(budget: int | None, answer: int = 3, max_new: int = 60) -> OneRow:
+    return OneRow(TOK, budget, PAPER_PHRASE, answer, max_new, {TOK.eos_id}, DETECT)
 
 
-def _by_token(state: SequenceState, stream: list[int]) -> Sample:
+def _by_token(state: OneRow, stream: list[int]) -> Sample:
     """The HF engine's way: one ``step`` per decode step; the token drawn at completion index i is stream[i]."""
     while not state.done:
         state.step(stream[len(state.sample.tokens)], -0.5, 0, DETECT)
     return state.sample
 
 
-def _by_segment(state: SequenceState, stream: list[int]) -> tuple[Sample, list[int]]:
+def _by_segment(state: OneRow, stream: list[int]) -> tuple[Sample, list[int]]:
     """The vLLM engine's way: sample ``sample_limit()`` tokens, then force the phrase if at the budget."""
     limits = []
     while True:

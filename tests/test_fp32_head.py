@@ -209,11 +209,12 @@ def test_bf16_generation_has_a_mismatch_that_the_fp32_head_reduces():
     generating in bf16 (engine.bf16_autocast, as loo-fp32 does) gives a mismatch, smaller with the FP32 head."""
     import copy
 
-    from scalerl.build import build_engine, build_length_control, build_model, build_task
+    from scalerl.build import build_length_control, build_model, build_task
+    from scalerl.engines.registry import build_engine
     from scalerl.config import load_config
     from scalerl.engines.precision import logprob_mismatch
     from scalerl.models.fp32_head import set_fp32_head
-    from scalerl.pipeline.generator import prompt_encoder
+    from scalerl.models.registry import prompt_encoder
     from scalerl.presets import resolve_variant
 
     assert resolve_variant("loo-fp32").engine.bf16_autocast and not resolve_variant("scalerl").engine.bf16_autocast

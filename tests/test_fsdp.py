@@ -88,7 +88,7 @@ def _trainer(case: str, split: bool, seed: int = 0) -> Trainer:
     model = build_model(cfg.model, seed).model
     if split:
         shard_model(model)
-    return Trainer(model, cfg, SCHEDULES.get("pipeline_rl")(8), split=DataParallel() if split else None)
+    return Trainer(model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8), split=DataParallel() if split else None)
 
 
 def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:

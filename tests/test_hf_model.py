@@ -19,6 +19,7 @@ from scalerl.algo.length_control import PAPER_PHRASE, Interruption, LengthContro
 from scalerl.build import build_model  # noqa: E402
 from scalerl.config import ModelConfig  # noqa: E402
 from scalerl.engines.hf import HFEngine  # noqa: E402
+from scalerl.engines.registry import native_engine  # noqa: E402
 from scalerl.errors import UserError  # noqa: E402
 from scalerl.models.base import Tokenizer  # noqa: E402
 from scalerl.models.fp32_head import token_logprobs  # noqa: E402
@@ -127,7 +128,7 @@ def test_policy_forward_matches_hf_and_ignores_padding(weights_folder):
 
 def test_bundle_engine_generates_with_fp32_head(config_folder):
     bundle = hf.load_hf_bundle(config_folder, ModelConfig(name=str(config_folder)), seed=0)
-    engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=True)
+    engine = native_engine(bundle, fp32_head=True)
     assert isinstance(engine, HFEngine)
     prompt = bundle.tokenizer.encode(hf.format_prompt(bundle.tokenizer, "1+1?"))
     [group] = engine.generate([prompt], n=3, length=LengthControl(max_new_tokens=8), seed=0)
@@ -201,7 +202,7 @@ def test_smollm2_bundle_shape_and_tied_head(smollm2):
 @needs_smollm2
 def test_smollm2_answers_offline_and_engine_logprobs_match(smollm2):
     tok = smollm2.tokenizer
-    engine = smollm2.make_engine(smollm2.model, tok, fp32_head=True)
+    engine = native_engine(smollm2, fp32_head=True)
     prompt = tok.encode(hf.format_prompt(tok, "What is 2+3?"))
     [[s]] = engine.generate([prompt], n=1, length=LengthControl(max_new_tokens=16), seed=0)
     print("SmolLM2 answer:", repr(s.text))
@@ -216,7 +217,7 @@ def test_smollm2_answers_offline_and_engine_logprobs_match(smollm2):
 @needs_smollm2
 def test_smollm2_interruption_forces_the_paper_phrase(smollm2):
     tok = smollm2.tokenizer
-    engine = smollm2.make_engine(smollm2.model, tok, fp32_head=True)
+    engine = native_engine(smollm2, fp32_head=True)
     prompt = tok.encode(hf.format_prompt(tok, "What is 17*23?", think=True))
     length = Interruption(think_lo=6, think_hi=6, answer_budget=6, max_new_tokens=48)
     [[s]] = engine.generate([prompt], n=1, length=length, seed=0, ignore_eos=True)

@@ -175,7 +175,7 @@ def test_nan_loss_skips_the_step(tmp_path):
 
     cfg = micro("algo.zero_variance_filter=false")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
     batch = _learnable_batch(gen_logprob=float("nan"))
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     stats = trainer.step(batch)
@@ -218,7 +218,7 @@ def test_update_to_nonfinite_weights_is_undone_and_repeats_stop_the_run():
 
     cfg = micro("algo.zero_variance_filter=false", "optim.lr=1e300", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     for _ in range(MAX_NONFINITE - 1):
         stats = trainer.step(_learnable_batch())
@@ -238,7 +238,7 @@ def test_update_leaving_an_inf_weight_is_undone(monkeypatch):
 
     cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
     trainer.step(_learnable_batch())  # one good step: the optimizer has state to restore
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.optimizer.state.items()}
@@ -266,7 +266,7 @@ def test_a_sane_step_after_a_skipped_one_resets_the_count():
 
     cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
     trainer.nonfinite_streak = 3
     stats = trainer.step(_learnable_batch())
     assert stats["train/nan_skipped"] == 0.0 and trainer.nonfinite_streak == 0

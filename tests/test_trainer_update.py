@@ -67,7 +67,7 @@ def loss_and_grads(tr: Trainer, terms, b: RolloutBatch, adv: torch.Tensor):
 def test_bucketed_update_matches_the_padded_batch(monkeypatch, preset):
     monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # 5 buckets of 8 rows
     cfg = load_config(preset, None, SETS)
-    tr = Trainer(build_model(cfg.model, 0).model, cfg, SCHEDULES.get("pipeline_rl")(2))
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
     tr.model.train()
     b = ragged_batch()
     from scalerl import algo
@@ -86,7 +86,7 @@ def test_update_forwards_only_the_buckets_real_width(monkeypatch):
     """The model sees each bucket trimmed to its longest sequence: far fewer token positions than N x T."""
     monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)
     cfg = load_config("scalerl", None, SETS)
-    tr = Trainer(build_model(cfg.model, 0).model, cfg, SCHEDULES.get("pipeline_rl")(2))
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
     seen: list[int] = []
     tr.model.register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
     b = ragged_batch()

@@ -8,7 +8,7 @@ from scalerl.engines.builtin import BuiltinEngine
 from scalerl.models.tiny import build_tiny
 from scalerl.models.tokenizer import CharTokenizer
 from scalerl.models.warmup import _batch, warmup
-from scalerl.pipeline.generator import encode_prompt
+from scalerl.models.registry import encode_prompt
 from scalerl.tasks.arithmetic import ArithmeticTask
 
 MICRO = ModelConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=48)

@@ -47,7 +47,7 @@ def test_length_penalised_all_correct_group_is_dropped():
     cfg = load_config(
         "dapo_qwen", None, ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "algo.zero_variance_filter=true"]
     )
-    trainer = Trainer(build_model(cfg.model, 0).model, cfg, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
     stats = trainer.step(_batch())
     assert stats["train/samples_kept"] == 4.0  # only the mixed group
     assert stats["train/zero_var_frac"] == 0.5

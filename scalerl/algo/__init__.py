@@ -1,6 +1,7 @@
 """The ScaleRL recipe's algorithm pieces and every ablated alternative, as registered pure functions (§3).
 
-Registries (name -> implementation; the config names an entry, ``params`` are its keyword arguments):
+Registries (name -> implementation; the config names an entry, ``params`` are its keyword arguments, typed and
+defaulted by ``scalerl/schema.py``):
 
 * ``LOSSES`` (``losses.py``, §3.2): cispo, dapo, gspo, grpo, ppo, reinforce.
 * ``AGGREGATIONS`` (``aggregation.py``, §3.4): prompt, sample, token.
@@ -8,7 +9,8 @@ Registries (name -> implementation; the config names an entry, ``params`` are it
 * ``CURRICULA`` (``curriculum.py``, §3.7): npr, uniform.
 * ``LENGTH_CONTROLS`` (``length_control.py``, §3.8): interruption, length_penalty, none.
 
-Per batch the trainer runs, in this order:
+Per batch, in this order (1 in the generator's ``pipeline.batch.collate``, 2-5 in the trainer, 6 in the
+runner):
 
 1. ``length.shape_rewards(rewards, lengths, correct)`` (identity except for the length penalty);
 2. ``keep = zero_variance_mask(rewards, group)`` when ``algo.zero_variance_filter`` (§3.6), logging
@@ -23,65 +25,36 @@ Per batch the trainer runs, in this order:
 
 from __future__ import annotations
 
-import inspect
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Sequence
 
+from scalerl import schema
 from scalerl.algo.advantages import ADVANTAGE_NORMS, compute_advantages
 from scalerl.algo.aggregation import AGGREGATIONS
 from scalerl.algo.curriculum import CURRICULA, PromptSampler
 from scalerl.algo.filters import zero_variance_frac, zero_variance_mask
 from scalerl.algo.length_control import LENGTH_CONTROLS, LengthControl, forced_token_weights
 from scalerl.algo.losses import LOSSES, Loss, LossOutput
-from scalerl.errors import UserError
 
-T = TypeVar("T")
-
-# Arguments the code supplies, not the user's params.
-_SUPPLIED = {"ids", "seed", "self"}
-
-
-def _construct(factory: Callable[..., T], params: dict[str, Any], where: str, label: str, *args: Any) -> T:
-    """``factory(*args, **params)``; a wrong param becomes a one-line UserError naming ``where.params.<field>``."""
-    accepted = [p for p in inspect.signature(factory).parameters if p not in _SUPPLIED]
-    for key in params:
-        if key not in accepted:
-            choices = ", ".join(accepted) if accepted else "none"
-            raise UserError(f"{where}.params.{key}: unknown parameter for {label}; accepted: {choices}")
-    try:
-        return factory(*args, **params)
-    except ValueError as exc:  # entries word these "<field>: <problem>"
-        raise UserError(f"{where}.params.{exc}") from None
-    except TypeError as exc:
-        raise UserError(f"{where}.params: {exc}") from None
+# a config is checked against the typed schemas alone (torch-free, nothing built): scalerl/schema.py
+validate = schema.check_algo
 
 
 def build_loss(cfg: Any, where: str = "algo.loss") -> Loss:
-    """The loss named by ``cfg.name`` (a ``LossConfig``), built with ``cfg.params``."""
-    return _construct(LOSSES.get(cfg.name, f"{where}.name"), cfg.params, where, f"loss {cfg.name!r}")
+    """The loss named by ``cfg.name`` (a ``LossConfig``), built with its typed ``params``."""
+    entry = schema.typed("loss", cfg, where)
+    return LOSSES.get(entry.name, f"{where}.name")(**entry.params.model_dump())
 
 
 def build_curriculum(cfg: Any, ids: Sequence[str], seed: int, where: str = "algo.curriculum") -> PromptSampler:
     """The prompt sampler named by ``cfg.name`` (a ``CurriculumConfig``) over the training ``ids``."""
-    factory = CURRICULA.get(cfg.name, f"{where}.name")
-    return _construct(factory, cfg.params, where, f"curriculum {cfg.name!r}", list(ids), seed)
+    entry = schema.typed("curriculum", cfg, where)
+    return CURRICULA.get(entry.name, f"{where}.name")(list(ids), seed, **entry.params.model_dump())
 
 
 def build_length_control(cfg: Any, where: str = "algo.length") -> LengthControl:
-    """The length control named by ``cfg.name`` (a ``LengthConfig``), built with ``cfg.params``."""
-    factory = LENGTH_CONTROLS.get(cfg.name, f"{where}.name")
-    return _construct(factory, cfg.params, where, f"length control {cfg.name!r}")
-
-
-def validate(algo_cfg: Any) -> None:
-    """Check an ``AlgoConfig``: every name registered, every params mapping accepted by its entry.
-
-    Builds each object once (cheap, no I/O; the curriculum over a one-id stand-in split) and raises a
-    one-line UserError naming the field, e.g. ``algo.loss.params.eps_max: must be > 0, got -1``."""
-    build_loss(algo_cfg.loss)
-    AGGREGATIONS.get(algo_cfg.aggregation, "algo.aggregation")
-    ADVANTAGE_NORMS.get(algo_cfg.advantages.norm, "algo.advantages.norm")
-    build_curriculum(algo_cfg.curriculum, ["validate"], 0)
-    build_length_control(algo_cfg.length)
+    """The length control named by ``cfg.name`` (a ``LengthConfig``), built with its typed ``params``."""
+    entry = schema.typed("length control", cfg, where)
+    return LENGTH_CONTROLS.get(entry.name, f"{where}.name")(**entry.params.model_dump())
 
 
 __all__ = [

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scalerl.algo.params import fraction, positive_int
+from scalerl import schema
 from scalerl.errors import UserError
 from scalerl.registry import Registry
 
@@ -161,10 +161,16 @@ class NPRSampler(PromptSampler):
 
     kind = "npr"
 
-    def __init__(self, ids: Sequence[str], seed: int, threshold: float = 0.9, min_samples: int = 1) -> None:
+    def __init__(
+        self,
+        ids: Sequence[str],
+        seed: int,
+        threshold: float = schema.default(schema.NPRParams, "threshold"),
+        min_samples: int = schema.default(schema.NPRParams, "min_samples"),
+    ) -> None:
         super().__init__(ids, seed)
-        self.threshold = fraction("threshold", threshold)
-        self.min_samples = positive_int("min_samples", min_samples)
+        params = schema.check_fields(None, schema.NPRParams, {"threshold": threshold, "min_samples": min_samples})
+        self.threshold, self.min_samples = params.threshold, params.min_samples
 
     def _should_retire(self, k: int) -> bool:
         return self._total[k] >= self.min_samples and self._correct[k] / self._total[k] >= self.threshold

@@ -24,12 +24,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from scalerl.algo.params import coerce, positive, positive_int
+from scalerl import schema
 from scalerl.registry import Registry
-
-THINK_END = "</think>"
-# arXiv §4 wording; ICLR §4 has "formulate an answer now", A.10 drops "now".
-PAPER_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+from scalerl.schema import PAPER_PHRASE, THINK_END, default
 
 LENGTH_CONTROLS: Registry[type["LengthControl"]] = Registry("length control")
 
@@ -48,14 +45,16 @@ def forced_token_weights(forced: Tensor, valid: Tensor | None = None) -> Tensor:
 class LengthControl:
     """No length control beyond the hard cap: never interrupt, rewards unchanged (``none``)."""
 
-    max_new_tokens: int = 96
+    max_new_tokens: int = default(schema.NoLengthParams, "max_new_tokens")
 
     phrase: ClassVar[str] = ""
     answer_budget: ClassVar[int] = 0
     think_end: ClassVar[str] = THINK_END
+    # the hyper-parameters' types, bounds and defaults (scalerl/schema.py)
+    params_model: ClassVar[type[schema.Params]] = schema.NoLengthParams
 
     def __post_init__(self) -> None:
-        coerce(self, "max_new_tokens", positive_int)
+        schema.check_fields(self, self.params_model)
 
     def think_budgets(self, n: int, rng: np.random.Generator) -> list[int | None]:
         return [None] * n
@@ -79,31 +78,16 @@ class Interruption(LengthControl):
     budget without ``</think>``, the engine forces ``phrase`` and allows ``answer_budget`` more tokens.
     Rewards are not shaped."""
 
-    think_lo: int = 24
-    think_hi: int = 48
-    answer_budget: int = 8  # type: ignore[misc]  # a field here, a class constant elsewhere
+    params_model = schema.InterruptionParams
+    think_lo: int = default(schema.InterruptionParams, "think_lo")
+    think_hi: int = default(schema.InterruptionParams, "think_hi")
+    answer_budget: int = default(schema.InterruptionParams, "answer_budget")  # type: ignore[misc]  # a field here
     phrase: str = PAPER_PHRASE  # type: ignore[misc]
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("think_lo", "think_hi", "answer_budget"):
-            coerce(self, name, positive_int)
-        if self.think_hi < self.think_lo:
-            raise ValueError(f"think_hi: must be >= think_lo ({self.think_lo}), got {self.think_hi}")
-        if not isinstance(self.phrase, str) or not self.phrase.rstrip().endswith(self.think_end):
-            raise ValueError(f"phrase: must end with {self.think_end!r}, got {self.phrase!r}")
-        self.check_fits(1)  # the phrase has at least one token; its exact length needs the tokenizer (check_fits)
-
     def check_fits(self, phrase_tokens: int) -> None:
-        """The longest interrupted completion, ``think_hi + phrase + answer_budget`` tokens, must fit in
-        ``max_new_tokens``; otherwise the hard cap truncates the answer the interruption exists to allow (§3.8).
+        """``schema.fits``: the longest interrupted completion must fit in ``max_new_tokens`` (§3.8);
         ``phrase_tokens`` is the phrase's length under the run's tokenizer."""
-        need = self.think_hi + phrase_tokens + self.answer_budget
-        if self.max_new_tokens < need:
-            raise ValueError(
-                f"max_new_tokens: must hold think_hi + phrase + answer_budget = {self.think_hi} + {phrase_tokens} + "
-                f"{self.answer_budget} = {need} tokens, got {self.max_new_tokens}; raise max_new_tokens or lower think_hi"
-            )
+        schema.fits(self, phrase_tokens)
 
     def think_budgets(self, n: int, rng: np.random.Generator) -> list[int | None]:
         return [int(b) for b in rng.integers(self.think_lo, self.think_hi + 1, size=n)]
@@ -116,15 +100,9 @@ class LengthPenalty(LengthControl):
     ``R_length(y) = clip((l_max − |y|) / l_cache − 1, −1, 0)``, 0 up to ``l_max − l_cache`` tokens, falling
     linearly to −1 at ``l_max``. ``|y|`` is the completion length in tokens. No interruptions."""
 
-    l_max: int = 96
-    l_cache: int = 24
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        coerce(self, "l_max", positive_int)
-        coerce(self, "l_cache", positive)
-        if self.l_cache > self.l_max:
-            raise ValueError(f"l_cache: must be <= l_max ({self.l_max}), got {self.l_cache}")
+    params_model = schema.LengthPenaltyParams
+    l_max: int = default(schema.LengthPenaltyParams, "l_max")
+    l_cache: int = default(schema.LengthPenaltyParams, "l_cache")
 
     def penalty(self, lengths: Tensor) -> Tensor:
         """``R_length`` of Eq. 9 for completion lengths [N]."""

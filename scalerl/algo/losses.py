@@ -36,11 +36,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
-from scalerl.algo.params import coerce, positive
+from scalerl import schema
+from scalerl.schema import default
 from scalerl.registry import Registry
 
 LOSSES: Registry[type["Loss"]] = Registry("loss")
@@ -80,7 +82,13 @@ def _frac(flags: Tensor, valid: Tensor) -> float:
 
 @dataclass(frozen=True)
 class Loss(ABC):
-    """A per-token policy-gradient loss; subclasses give ``_terms``."""
+    """A per-token policy-gradient loss; subclasses give ``_terms``. Fields are hyper-parameters, typed and
+    checked by ``params_model`` (``scalerl/schema.py``), which also holds their defaults."""
+
+    params_model: ClassVar[type[schema.Params]] = schema.NoParams
+
+    def __post_init__(self) -> None:
+        schema.check_fields(self, self.params_model)
 
     def __call__(
         self,
@@ -132,10 +140,8 @@ class CISPOLoss(Loss):
     ε_max ∈ {4, 5, 8} behaved alike in the paper (Fig. 19b); 4.0 follows the clouddatalabs port.
     """
 
-    eps_max: float = 4.0
-
-    def __post_init__(self) -> None:
-        coerce(self, "eps_max", positive)
+    params_model = schema.CISPOParams
+    eps_max: float = default(schema.CISPOParams, "eps_max")
 
     def _terms(self, logp: Tensor, ratio: Tensor, adv: Tensor, valid: Tensor) -> _Terms:
         ratio = ratio.detach()
@@ -164,12 +170,9 @@ class ClipLoss(Loss):
     (ρ > 1 + ε_high with Â > 0, or ρ < 1 − ε_low with Â < 0) the term is constant and its gradient is 0.
     """
 
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-
-    def __post_init__(self) -> None:
-        coerce(self, "eps_low", positive)
-        coerce(self, "eps_high", positive)
+    params_model = schema.ClipParams
+    eps_low: float = default(schema.ClipParams, "eps_low")
+    eps_high: float = default(schema.ClipParams, "eps_high")
 
     def _terms(self, logp: Tensor, ratio: Tensor, adv: Tensor, valid: Tensor) -> _Terms:
         clipped = torch.clamp(ratio, 1.0 - self.eps_low, 1.0 + self.eps_high)
@@ -185,8 +188,9 @@ class DAPOLoss(ClipLoss):
     """DAPO's asymmetric clip ("clip-higher", Eq. 8): ε_low 0.2, ε_high 0.28 (Yu et al.); the paper's DAPO
     recipe uses ε_high 0.26 (A.17.1), which the preset sets."""
 
-    eps_low: float = 0.2
-    eps_high: float = 0.28
+    params_model = schema.DAPOParams
+    eps_low: float = default(schema.DAPOParams, "eps_low")
+    eps_high: float = default(schema.DAPOParams, "eps_high")
 
 
 @LOSSES.register("gspo")
@@ -197,8 +201,9 @@ class GSPOLoss(ClipLoss):
     every token of the sequence. Defaults are ScaleRL's best setting, lower 3e-3 and upper 5e-3 (Fig. 20);
     the 1/|y_i| normalisation is inferred from that clip scale (the paper does not state it)."""
 
-    eps_low: float = 3e-3
-    eps_high: float = 5e-3
+    params_model = schema.GSPOParams
+    eps_low: float = default(schema.GSPOParams, "eps_low")
+    eps_high: float = default(schema.GSPOParams, "eps_high")
 
     def _ratio(self, log_ratio: Tensor, valid: Tensor) -> tuple[Tensor, dict[str, float]]:
         count = valid.sum(dim=1).clamp(min=1).to(log_ratio.dtype)

@@ -95,10 +95,6 @@ class FitResult:
     def heldout_mask(self) -> Array:
         return self.x > self.fit_window[1]
 
-    @property
-    def excluded_mask(self) -> Array:
-        return ~self.in_window & ~self.heldout_mask
-
     def to_json(self) -> dict[str, Any]:
         def finite(v: float) -> float | None:
             return float(v) if np.isfinite(v) else None

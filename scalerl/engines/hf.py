@@ -3,9 +3,10 @@
 What design.md asks of an engine, on top of transformers' ``past_key_values``:
 
 * temperature-1 sampling with per-token generator log-probs, from the FP32 LM head when on (§3.3);
-* interruptions (§3.8): when a sequence's thinking reaches its drawn budget without ``</think>`` (recognised
-  as *text*, since a BPE tokenizer splits it into several tokens), the length control's phrase is forced one
-  token per decode step (``forced=True``, log-prob 0.0), then at most ``answer_budget`` more tokens follow;
+* interruptions (§3.8), by the shared ``scalerl.engines.runtime.LengthRuntime``: when a sequence's thinking
+  reaches its drawn budget without ``</think>`` (recognised as *text*, since a BPE tokenizer splits it into
+  several tokens), the length control's phrase is forced one token per decode step (``forced=True``, log-prob
+  0.0), then at most ``answer_budget`` more tokens follow;
 * in-flight weight updates (PipelineRL, §3.1): the weight source is polled between decode steps; new weights
   are copied into the model's tensors in place, the KV cache computed by the old weights is kept, and every
   token records the policy version of the forward pass that produced its distribution.
@@ -24,7 +25,8 @@ import torch
 from torch import nn
 
 from scalerl.engines.base import InFlightWeights, Sample, WeightSource
-from scalerl.engines.sequence import finish, sequence_states, stop_token_ids, think_end_detector
+from scalerl.engines.runtime import LengthRuntime, draw, left_pad
+from scalerl.engines.sequence import stop_token_ids, think_end_detector
 from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 from scalerl.models.hf import inner_hf_model, position_ids
@@ -79,17 +81,12 @@ class HFEngine(InFlightWeights):
         device = next(self.lm.parameters()).device
         p_max = max(len(p) for p in prompts)
         max_new = self._max_new(length, p_max)
-        states = sequence_states(self.tokenizer, prompts, n, length, seed, max_new, self.stop_ids)
-        if ignore_eos:
-            for st in states:
-                st.stop_ids = frozenset()
+        n_seq = len(prompts) * n
+        stops = () if ignore_eos else self.stop_ids
         detect = think_end_detector(self.tokenizer, length)
+        run = LengthRuntime(length, self.tokenizer, n_seq, seed, max_new, stops, device, detect)
 
-        ids = torch.full((len(prompts), p_max), self.tokenizer.pad_id, dtype=torch.long)
-        mask = torch.zeros(len(prompts), p_max, dtype=torch.bool)
-        for i, p in enumerate(prompts):
-            ids[i, p_max - len(p) :] = torch.tensor(p, dtype=torch.long)
-            mask[i, p_max - len(p) :] = True
+        ids, mask = left_pad(prompts, self.tokenizer.pad_id)
         ids, mask = ids.to(device), mask.to(device)
         positions = position_ids(mask)
 
@@ -100,30 +97,26 @@ class HFEngine(InFlightWeights):
         cache.batch_repeat_interleave(n)
         logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
         next_pos = positions[:, -1].repeat_interleave(n, 0) + 1
-        live = list(range(len(states)))  # batch row -> sequence index
+        rows = torch.arange(n_seq, device=device)  # the sequence in each row of the model's batch
         steps = 0
-        while live:
+        while True:
             steps += 1
-            sampled = torch.multinomial(torch.softmax(logits.float(), -1), 1, generator=gen).squeeze(1)
-            logprobs = token_logprobs(logits, sampled).float()
-            fed = [
-                states[s].step(tok, lp, self.version, detect)
-                for s, tok, lp in zip(live, sampled.tolist(), logprobs.tolist())
-            ]
-            keep = [row for row, s in enumerate(live) if not states[s].done]
-            if not keep:
+            sampled = draw(logits, rows, n_seq, gen)
+            tok = torch.full((n_seq,), self.tokenizer.pad_id, dtype=torch.long, device=device).index_copy_(0, rows, sampled)
+            lp = torch.zeros(n_seq, dtype=torch.float32, device=device).index_copy_(
+                0, rows, token_logprobs(logits, sampled).float())
+            tok = run.step(tok, lp, self.version)
+            keep = ~run.done[rows]
+            if not bool(keep.any()):
                 break
-            if len(keep) < len(live):
-                index = torch.tensor(keep, dtype=torch.long, device=device)
-                cache.batch_select_indices(index)
-                mask, next_pos = mask[index], next_pos[index]
-                live = [live[row] for row in keep]
-                fed = [fed[row] for row in keep]
+            if not bool(keep.all()):
+                kept = keep.nonzero().squeeze(1)
+                cache.batch_select_indices(kept)
+                rows, mask, next_pos = rows[kept], mask[kept], next_pos[kept]
             self._poll(weight_source)
-            mask = torch.cat([mask, mask.new_ones(len(live), 1)], dim=1)
-            tokens = torch.tensor(fed, dtype=torch.long, device=device)[:, None]
-            logits, cache = self._forward(tokens, mask, next_pos[:, None], cache)
+            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
+            logits, cache = self._forward(tok[rows][:, None], mask, next_pos[:, None], cache)
             next_pos = next_pos + 1
 
-        self.last_stats = {"steps": float(steps), "tokens": float(sum(len(st.sample.tokens) for st in states))}
-        return finish(states, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id}, n)
+        self.last_stats = {"steps": float(steps), "tokens": float(run.lengths.sum())}
+        return run.samples(prompts, n, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id})

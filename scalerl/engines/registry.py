@@ -3,7 +3,10 @@
 An entry's ``build(bundle, cfg)`` returns an object satisfying ``scalerl.engines.base.Engine``; its
 ``check(bundle)`` runs in the trainer's process before anything is written, so that an engine that cannot run
 here (vLLM not installed, a model it cannot load) is a one-line error rather than a failure inside a generator
-process. The generator builds its engine through ``scalerl.build.build_engine`` and never sees which one it got.
+process. The generator builds its engine through :func:`build_engine` and never sees which one it got.
+
+Engines own their construction: a model bundle only names its ``family``, and ``NATIVE_ENGINES`` maps that
+family to the engine class that generates with it (:func:`native_engine`, also the evaluator's engine).
 """
 
 from __future__ import annotations
@@ -16,6 +19,30 @@ from scalerl.registry import Registry
 if TYPE_CHECKING:
     from scalerl.config import RunConfig
     from scalerl.models.registry import ModelBundle
+
+
+def _builtin(model: Any, tokenizer: Any, fp32_head: bool) -> Any:
+    from scalerl.engines.builtin import BuiltinEngine
+
+    return BuiltinEngine(model, tokenizer, fp32_head=fp32_head)
+
+
+def _hf(model: Any, tokenizer: Any, fp32_head: bool) -> Any:
+    from scalerl.engines.hf import HFEngine  # transformers is imported only when an HF model runs
+
+    return HFEngine(model, tokenizer, fp32_head=fp32_head)
+
+
+# ModelBundle.family -> (model, tokenizer, fp32_head) -> engine
+NATIVE_ENGINES: Registry[Callable[[Any, Any, bool], Any]] = Registry("native engine")
+NATIVE_ENGINES.register("builtin")(_builtin)
+NATIVE_ENGINES.register("hf")(_hf)
+
+
+def native_engine(bundle: "ModelBundle", model: Any = None, fp32_head: bool = True) -> Any:
+    """The model family's own engine around ``model`` (default: the bundle's policy), FP32 head on or off (§3.3)."""
+    factory = NATIVE_ENGINES.get(bundle.family, "model family")
+    return factory(bundle.model if model is None else model, bundle.tokenizer, fp32_head)
 
 
 def _runs_anywhere(bundle: "ModelBundle") -> None:
@@ -34,10 +61,10 @@ ENGINES: Registry[EngineEntry] = Registry("engine")
 def _native(bundle: "ModelBundle", cfg: "RunConfig") -> Any:
     """The model's own engine (built-in KV-cache engine for ``tiny``, ``engines/hf.py`` for HF models), on
     ``cfg.device``."""
-    from scalerl.build import resolve_device
+    from scalerl.device import resolve_device
 
     bundle.model.to(resolve_device(cfg.device))
-    engine = bundle.make_engine(bundle.model, bundle.tokenizer, fp32_head=cfg.algo.fp32_head)
+    engine = native_engine(bundle, fp32_head=cfg.algo.fp32_head)
     if cfg.engine.bf16_autocast:  # generate in bf16 as inference engines do (§3.3; engines/precision.py)
         from scalerl.engines.precision import Bf16Generation
 
@@ -60,3 +87,14 @@ def _vllm_check(bundle: "ModelBundle") -> None:
 
 ENGINES.register("native")(EngineEntry(build=_native))
 ENGINES.register("vllm")(EngineEntry(build=_vllm, check=_vllm_check))
+
+
+def build_engine(cfg: "RunConfig", bundle: "ModelBundle") -> Any:
+    """The generators' engine around ``bundle``'s model: ``engine.name`` looked up in ``ENGINES``."""
+    return ENGINES.get(cfg.engine.name, "engine.name").build(bundle, cfg)
+
+
+def check_engine(cfg: "RunConfig", bundle: "ModelBundle") -> None:
+    """Raise a ``UserError`` now, before the run writes anything, if the configured engine cannot serve
+    ``bundle``'s model on this machine (the engine itself is built later, in the generator)."""
+    ENGINES.get(cfg.engine.name, "engine.name").check(bundle)

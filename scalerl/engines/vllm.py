@@ -13,11 +13,11 @@ What design.md asks of an engine, on vLLM's own APIs:
   engine's weight version is set, and the scheduler resumes. vLLM records the weight version of every output
   token (``CompletionOutput.weight_versions``), which becomes ``Sample.versions``.
 * **Interruptions by stop-and-continue** (§3.8): a sequence is sampled in segments of at most
-  ``SequenceState.sample_limit()`` tokens (up to its thinking budget, then up to its answer budget). When a
+  ``LengthRuntime.sample_limit()`` tokens (up to its thinking budget, then up to its answer budget). When a
   segment stops at the budget with thinking still open, the phrase is appended as forced tokens (log-prob 0.0,
   zero loss weight) and a new request continues from prompt + completion + phrase; vLLM's prefix cache makes the
-  continuation's prefill almost free. The same ``SequenceState`` drives the Hugging Face engine token by token,
-  so both engines interrupt identically.
+  continuation's prefill almost free. The same ``scalerl.engines.runtime.LengthRuntime`` drives the built-in
+  and Hugging Face engines token by token, so all engines interrupt identically.
 
 vLLM is given token ids and returns token ids (``skip_tokenizer_init``), so any tokenizer works, the built-in
 character tokenizer included; text is decoded with the run's tokenizer. The model reaches vLLM as a Hugging Face
@@ -37,7 +37,8 @@ from typing import Any, Iterator, Mapping
 import torch
 
 from scalerl.engines.base import InFlightWeights, Sample, WeightSource
-from scalerl.engines.sequence import SequenceState, finish, sequence_states, stop_token_ids, think_end_detector
+from scalerl.engines.runtime import LengthRuntime
+from scalerl.engines.sequence import stop_token_ids, think_end_detector
 from scalerl.errors import UserError
 
 VLLM_INSTALL = (
@@ -144,45 +145,60 @@ class VLLMEngine(InFlightWeights):
 
     # ---------------------------------------------------------------------------------------- generation
 
-    def _advance(self, row: int, st: SequenceState, seed: int, pending: dict[str, int]) -> int:
-        """Between segments: force the phrase if thinking is at its budget, then ask for the next segment
-        unless the sequence is done. Returns the number of segments asked for (0 or 1)."""
-        if not st.done and st.at_budget():
-            st.force_phrase(self.version)
-        if st.done:
+    def _advance(self, run: LengthRuntime, row: int, prompt: list[int], seed: int, pending: dict[str, int]) -> int:
+        """Between segments: force the phrase if thinking is at its budget (as much of it as the hard cap
+        allows), then ask for the next segment unless the sequence is done. Returns the segments asked for."""
+        one = torch.zeros(run.lengths.numel(), dtype=torch.bool)
+        one[row] = True
+        while bool(run.at_budget()[row]):
+            run.step(torch.full_like(run.lengths, run.pad_id), torch.zeros(one.numel()), self.version, rows=one)
+        if bool(run.done[row]):
             return 0
-        self._submit(row, st, seed, pending)
+        self._submit(run, row, prompt, seed, pending)
         return 1
 
-    def _submit(self, row: int, st: SequenceState, seed: int, pending: dict[str, int]) -> None:
+    def _submit(self, run: LengthRuntime, row: int, prompt: list[int], seed: int, pending: dict[str, int]) -> None:
         """Ask vLLM for the next segment of sequence ``row``: prompt + completion so far, at most
-        ``sample_limit()`` new tokens (always at least one: the state machine ends a sequence with no room)."""
+        ``sample_limit()`` new tokens (always at least one: the runtime ends a sequence with no room)."""
         request_id = f"s{next(self._ids)}"
+        done = int(run.lengths[row])
         params = self._sampling(
             n=1,
             temperature=1.0,
             top_p=1.0,
-            max_tokens=st.sample_limit(),
+            max_tokens=int(run.sample_limit()[row]),
             logprobs=0,
-            seed=(seed * 1_000_003 + row * 7919 + len(st.sample.tokens)) % (2**31),
-            stop_token_ids=sorted(st.stop_ids),
-            ignore_eos=not st.stop_ids,
+            seed=(seed * 1_000_003 + row * 7919 + done) % (2**31),
+            stop_token_ids=sorted(run.stop_ids),
+            ignore_eos=not run.stop_ids,
             detokenize=False,
             output_kind=self._final_only,
         )
-        prompt = {"prompt_token_ids": st.sample.prompt_tokens + st.sample.tokens}
-        self.llm.llm_engine.add_request(request_id, prompt, params)
+        prompt_ids = {"prompt_token_ids": list(prompt) + run.tokens[row, :done].tolist()}
+        self.llm.llm_engine.add_request(request_id, prompt_ids, params)
         pending[request_id] = row
 
-    def _absorb(self, st: SequenceState, completion: Any, detect: Any) -> None:
-        """Feed one finished segment's tokens, log-probs and weight versions through the state machine."""
-        versions = _token_versions(completion, self.version)
-        for k, token in enumerate(completion.token_ids):
-            st.step(int(token), float(completion.logprobs[k][token].logprob), versions[k], detect)
-            if st.done:
-                return
-        if completion.finish_reason == "stop":  # a stop token vLLM did not return
-            st.sample.finished = st.done = True
+    def _absorb(self, run: LengthRuntime, finished: list[tuple[int, Any]]) -> None:
+        """Feed finished segments (``(row, CompletionOutput)``) through the runtime, one token position of all
+        of them per step; a segment ends at the runtime's next decision point, so none of it is forced."""
+        n_seq = run.lengths.numel()
+        width = max(len(c.token_ids) for _, c in finished)
+        tok = torch.full((n_seq, width), run.pad_id, dtype=torch.long)
+        lp = torch.zeros(n_seq, width)
+        ver = torch.full((n_seq, width), self.version, dtype=torch.long)
+        has = torch.zeros(n_seq, width, dtype=torch.bool)
+        for row, c in finished:
+            k = len(c.token_ids)
+            if k:
+                tok[row, :k] = torch.tensor([int(t) for t in c.token_ids])
+                lp[row, :k] = torch.tensor([float(c.logprobs[i][t].logprob) for i, t in enumerate(c.token_ids)])
+                ver[row, :k] = torch.tensor(_token_versions(c, self.version))
+                has[row, :k] = True
+        for j in range(width):
+            run.step(tok[:, j], lp[:, j], ver[:, j], rows=has[:, j])
+        for row, c in finished:
+            if c.finish_reason == "stop" and not bool(run.done[row]):  # a stop token vLLM did not return
+                run.finished[row] = run.done[row] = True
 
     def _max_new(self, length: Any, prompt_len: int) -> int:
         room = self.max_model_len - prompt_len
@@ -209,27 +225,27 @@ class VLLMEngine(InFlightWeights):
         ``ignore_eos`` (benchmarks only) keeps sampling past EOS."""
         max_new = self._max_new(length, max(len(p) for p in prompts))
         stop_ids = frozenset() if ignore_eos else self.stop_ids
-        states = sequence_states(self.tokenizer, prompts, n, length, seed, max_new, stop_ids)
+        n_seq = len(prompts) * n
         detect = think_end_detector(self.tokenizer, length)
+        run = LengthRuntime(length, self.tokenizer, n_seq, seed, max_new, stop_ids, "cpu", detect)
         engine = self.llm.llm_engine
         self._poll(weight_source)
         # KV blocks cached by an earlier call were computed under older weights: start each call afresh
         self.llm.reset_prefix_cache()
         pending: dict[str, int] = {}
-        segments = sum(self._advance(row, st, seed, pending) for row, st in enumerate(states))
+        segments = sum(self._advance(run, row, prompts[row // n], seed, pending) for row in range(n_seq))
         while pending:
-            for out in engine.step():
-                if not out.finished or out.request_id not in pending:
-                    continue
-                row = pending.pop(out.request_id)
-                self._absorb(states[row], out.outputs[0], detect)
-                segments += self._advance(row, states[row], seed, pending)
+            finished = [
+                (pending.pop(out.request_id), out.outputs[0])
+                for out in engine.step()
+                if out.finished and out.request_id in pending
+            ]
+            if finished:
+                self._absorb(run, finished)
+                segments += sum(self._advance(run, row, prompts[row // n], seed, pending) for row, _ in finished)
             self._poll(weight_source)
-        self.last_stats = {
-            "segments": float(segments),
-            "tokens": float(sum(len(st.sample.tokens) for st in states)),
-        }
-        return finish(states, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id}, n)
+        self.last_stats = {"segments": float(segments), "tokens": float(run.lengths.sum())}
+        return run.samples(prompts, n, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id})
 
     def close(self) -> None:
         """Shut vLLM down and remove the exported checkpoint."""

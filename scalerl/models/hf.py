@@ -162,12 +162,6 @@ def model_spec(hf_model: nn.Module) -> dict[str, int]:
     }
 
 
-def make_hf_engine(model: nn.Module, tokenizer: Any, fp32_head: bool = True) -> Any:
-    from scalerl.engines.hf import HFEngine
-
-    return HFEngine(model, tokenizer, fp32_head=fp32_head)
-
-
 def _save_hf(model: nn.Module, folder: Path) -> None:
     """``save_pretrained`` of the HF model inside the policy (config, weights; tied weights stored once)."""
     model.hf.save_pretrained(folder)
@@ -229,7 +223,7 @@ def load_hf_bundle(path_or_name: str | os.PathLike[str], cfg: ModelConfig, seed:
     return ModelBundle(
         model=HFPolicy(hf_model),
         tokenizer=HFTokenizer(hf_tokenizer),
-        make_engine=make_hf_engine,
+        family="hf",
         spec=model_spec(hf_model),
         format_prompt=functools.partial(format_prompt, hf_tokenizer, think=True),
         hf_export=HF_EXPORT,

@@ -1,7 +1,8 @@
 """Model kinds by name (``model.name`` in the config): the built-in tiny transformer, Hugging Face models.
 
 A factory takes the model config and a seed and returns a ``ModelBundle``: the policy module the trainer
-optimises, its tokenizer, and how to build a generation engine around a copy of it. The trainer and the
+optimises, its tokenizer, and its ``family``, by which the engines (``scalerl/engines/registry.py``) pick the
+native engine; models never build engines. The trainer and the
 pipeline only see the bundle, never the kind.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 import torch
 
@@ -33,8 +34,9 @@ class ModelBundle:
     # (the FP32-head utility decides the logits' dtype; see scalerl/models/fp32_head.py)
     model: torch.nn.Module
     tokenizer: Tokenizer
-    # make_engine(model, tokenizer, fp32_head: bool) -> an object satisfying scalerl.engines.base.Engine
-    make_engine: Callable[..., Any]
+    # which native engine generates with this model (``NATIVE_ENGINES`` in scalerl/engines/registry.py):
+    # "builtin" (the KV-cache engine for the tiny transformer) | "hf" (transformers models)
+    family: str
     # shape facts for compute accounting: n_params, n_layers, d_model, vocab_size
     spec: dict[str, int] = field(default_factory=dict)
     # task prompt text -> model prompt text (a chat template, a <think> opener); None: the text as it is
@@ -44,3 +46,18 @@ class ModelBundle:
 
 
 MODELS: Registry[Callable[..., ModelBundle]] = Registry("model")
+
+
+def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
+    """Prompt tokens with the tokenizer's BOS in front (once)."""
+    ids = list(tokenizer.encode(text))
+    bos = tokenizer.bos_id
+    if bos is not None and (not ids or ids[0] != bos):
+        ids = [bos] + ids
+    return ids
+
+
+def prompt_encoder(bundle: ModelBundle) -> Callable[[str], list[int]]:
+    """Task prompt text -> model prompt tokens, through the model's prompt format (chat template) if any."""
+    fmt = bundle.format_prompt or (lambda text: text)
+    return lambda text: encode_prompt(bundle.tokenizer, fmt(text))

@@ -232,9 +232,7 @@ def build_tiny(cfg: ModelConfig, seed: int, tokenizer: CharTokenizer | None = No
 
 @MODELS.register("tiny")
 def tiny_factory(cfg: ModelConfig, seed: int) -> ModelBundle:
-    """``model.name: tiny``: the built-in transformer, tokenizer and KV-cache engine."""
-    from scalerl.engines.builtin import BuiltinEngine
-
+    """``model.name: tiny``: the built-in transformer and its tokenizer (the built-in KV-cache engine generates with it)."""
     tokenizer = CharTokenizer()
     model = build_tiny(cfg, seed, tokenizer)
     spec = {
@@ -244,7 +242,7 @@ def tiny_factory(cfg: ModelConfig, seed: int) -> ModelBundle:
         "vocab_size": tokenizer.vocab_size,
     }
     return ModelBundle(
-        model=model, tokenizer=tokenizer, make_engine=BuiltinEngine, spec=spec, hf_export=tiny_hf_export(model.cfg)
+        model=model, tokenizer=tokenizer, family="builtin", spec=spec, hf_export=tiny_hf_export(model.cfg)
     )
 
 

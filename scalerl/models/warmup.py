@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from scalerl.atomic import atomic_path
 from scalerl.config import WarmupConfig
 from scalerl.models.base import Tokenizer
+from scalerl.models.registry import encode_prompt  # the one place prompts are encoded
 
 _FORMAT = 1  # bump when the warm-up procedure changes, so old cache entries are not reused
 
@@ -35,7 +36,6 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 def _examples(task: Any, tokenizer: Tokenizer) -> list[tuple[list[int], list[int]]]:
     """(prompt tokens as the generator sees them, completion tokens + EOS) for each training problem."""
-    from scalerl.pipeline.generator import encode_prompt  # the one place prompts are encoded
 
     return [
         (encode_prompt(tokenizer, p.prompt), list(tokenizer.encode(task.demonstration(p))) + [tokenizer.eos_id])

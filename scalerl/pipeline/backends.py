@@ -8,6 +8,8 @@ schedule (``pipeline/schedules.py``) says when each batch may start and whether 
   shared memory between decode steps (PipelineRL) or between groups (PPO-off-policy), and streams batches
   back. This is PipelineRL proper: generation never waits for the optimizer step.
 * ``RayBackend`` (``pipeline/ray_backend.py``): the same, with N generator actors on a Ray cluster.
+
+``BACKENDS`` maps the config's ``backend`` to each, as ``SCHEDULES`` does the schedules.
 """
 
 from __future__ import annotations
@@ -19,48 +21,18 @@ import threading
 import time
 import traceback
 from collections import OrderedDict
-from dataclasses import asdict
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
 
 import torch
 
 from scalerl.config import RunConfig
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
+from scalerl.pipeline.ready import ReadyBatches, generate_on_schedule
 from scalerl.pipeline.schedules import Schedule
+from scalerl.registry import Registry
 from scalerl.pipeline.weights import WeightChannel
-
-
-class ReadyBatches:
-    """Batches generated but not yet trained on, by index: the bookkeeping every backend shares. A backend
-    whose generators run elsewhere overrides ``_collect`` to take what has finished (waiting up to
-    ``timeout`` seconds); checkpoints save ``ready_batches()``, a resumed run hands them back with
-    ``put_ready``."""
-
-    def __init__(self) -> None:
-        self.ready: dict[int, RolloutBatch] = {}
-
-    def put_ready(self, batch: RolloutBatch) -> None:
-        self.ready[batch.index] = batch
-
-    def _collect(self, timeout: float) -> None:
-        """Take finished batches into ``self.ready``; nothing to take for a generator in this process."""
-
-    def ready_batches(self) -> list[RolloutBatch]:
-        self._collect(timeout=0.0)
-        return [self.ready[i] for i in sorted(self.ready)]
-
-    # True where generators run beside the trainer and may have batches under way
-    concurrent = False
-
-    def settle(self, indices: list[int]) -> list[RolloutBatch]:
-        """Wait until every batch in ``indices`` (submitted, not yet trained on) has been generated; return all
-        ready batches. A checkpoint saves these, so a resumed run trains on exactly the batches an uninterrupted
-        one would, instead of regenerating half-done ones with other weights (nothing else is published while
-        it waits, so waiting changes no batch)."""
-        while self.concurrent and any(i not in self.ready for i in indices):
-            self._collect(timeout=1.0)
-        return self.ready_batches()
 
 
 class InlineBackend(ReadyBatches):
@@ -93,21 +65,6 @@ class InlineBackend(ReadyBatches):
 
     def close(self) -> None:
         pass
-
-
-def generate_on_schedule(
-    worker: GeneratorWorker, channel: WeightChannel, schedule: Schedule, group: list[Request]
-) -> list[RolloutBatch]:
-    """One schedule group (``schedule.split``) from a generator running beside the trainer (local process or
-    Ray actor): wait until ``channel`` holds the weights the schedule requires, load them, and generate,
-    taking newer weights between decode steps only when the schedule is in-flight (§3.1)."""
-    while channel.version() < schedule.min_version(group[0].index):
-        time.sleep(0.001)
-    version, weights = channel.snapshot()
-    if version != worker.version:
-        worker.load(version, weights)
-    source = channel.poll if schedule.inflight else None
-    return worker.generate(group, weight_source=source)
 
 
 PARENT_CHECK_S = 0.5  # how often a generator process checks that its trainer process is still alive
@@ -219,23 +176,44 @@ class ProcessBackend(ReadyBatches):
             self.proc.join(timeout=5)
 
 
+@dataclass(frozen=True)
+class BackendEntry:
+    """``backend`` in the config: ``make(cfg, schedule, state_dict, version, task, threads)`` builds it holding
+    the trainer's weights at ``version``; ``devices(cfg)`` counts the devices it occupies with the trainer."""
+
+    make: Callable[..., Any]
+    devices: Callable[[RunConfig], int]
+
+
+def _inline(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Any:
+    return InlineBackend(cfg, schedule, WeightChannel(state_dict, version=version), task=task)
+
+
+def _local(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Any:
+    ctx = torch.multiprocessing.get_context("spawn")
+    channel = WeightChannel(state_dict, version=version, ctx=ctx)
+    return ProcessBackend(cfg, schedule, channel, ctx, threads=threads)
+
+
+def _ray(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Any:
+    from scalerl.pipeline.ray_backend import RayBackend  # Ray is an optional extra
+
+    return RayBackend(cfg, schedule, state_dict, version)
+
+
+BACKENDS: Registry[BackendEntry] = Registry("backend")
+BACKENDS.register("inline")(BackendEntry(_inline, lambda cfg: InlineBackend.devices))
+BACKENDS.register("local")(BackendEntry(_local, lambda cfg: ProcessBackend.devices))
+BACKENDS.register("ray")(BackendEntry(_ray, lambda cfg: 1 + cfg.ray.generators))  # a device per generator
+
+
 def backend_devices(cfg: RunConfig) -> int:
     """Devices a run occupies, for ``compute/device_hours``: the trainer plus its generators."""
-    if cfg.backend == "ray":
-        return 1 + cfg.ray.generators
-    return {"inline": InlineBackend.devices, "local": ProcessBackend.devices}[cfg.backend]
+    return BACKENDS.get(cfg.backend, "backend").devices(cfg)
 
 
 def make_backend(
     cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any = None, threads: int = 1
 ) -> Any:
     """The backend ``cfg.backend`` names, holding the trainer's weights at ``version``."""
-    if cfg.backend == "ray":
-        from scalerl.pipeline.ray_backend import RayBackend  # Ray is an optional extra
-
-        return RayBackend(cfg, schedule, state_dict, version)
-    if cfg.backend == "local":
-        ctx = torch.multiprocessing.get_context("spawn")
-        channel = WeightChannel(state_dict, version=version, ctx=ctx)
-        return ProcessBackend(cfg, schedule, channel, ctx, threads=threads)
-    return InlineBackend(cfg, schedule, WeightChannel(state_dict, version=version), task=task)
+    return BACKENDS.get(cfg.backend, "backend").make(cfg, schedule, state_dict, version, task, threads)

@@ -8,29 +8,14 @@ never touch the trainer's parameters.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from typing import Any
 
-from scalerl.build import build_engine, build_length_control, build_model, build_task
+from scalerl.build import build_length_control, build_model, build_task
 from scalerl.config import RunConfig
 from scalerl.engines.base import WeightSource
-from scalerl.models.base import Tokenizer
-from scalerl.models.registry import ModelBundle
+from scalerl.engines.registry import build_engine
+from scalerl.models.registry import prompt_encoder
 from scalerl.pipeline.batch import Request, RolloutBatch, collate
-
-
-def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:
-    """Prompt tokens with the tokenizer's BOS in front (once)."""
-    ids = list(tokenizer.encode(text))
-    bos = tokenizer.bos_id
-    if bos is not None and (not ids or ids[0] != bos):
-        ids = [bos] + ids
-    return ids
-
-
-def prompt_encoder(bundle: ModelBundle) -> Callable[[str], list[int]]:
-    """Task prompt text -> model prompt tokens, through the model's prompt format (chat template) if any."""
-    fmt = bundle.format_prompt or (lambda text: text)
-    return lambda text: encode_prompt(bundle.tokenizer, fmt(text))
 
 
 class GeneratorWorker:

@@ -30,7 +30,8 @@ import torch
 from torch import nn
 
 from scalerl import fsdp
-from scalerl.build import build_model, resolve_device
+from scalerl.build import build_model
+from scalerl.device import resolve_device
 from scalerl.config import RunConfig
 from scalerl.errors import UserError
 from scalerl.pipeline.batch import RolloutBatch
@@ -77,7 +78,7 @@ class Solo:
         self, model: nn.Module, cfg: RunConfig, schedule: Schedule, state: dict[str, Any] | None
     ) -> tuple[Trainer, nn.Module]:
         """``(the trainer, the model to evaluate)``, the trainer loaded from ``state`` when resuming."""
-        trainer = Trainer(model, cfg, schedule)
+        trainer = Trainer(model, cfg.algo, cfg.optim, schedule)
         if state is not None:
             trainer.load_state_dict(state)
         return trainer, model
@@ -104,7 +105,7 @@ def sharded_trainer(
     ``{}``). A collective: every rank calls it with the same ``cfg``."""
     fsdp.shard_model(model)
     fsdp.load_full_state_dict(model, weights)
-    trainer = Trainer(model, cfg, schedule, split=fsdp.DataParallel())
+    trainer = Trainer(model, cfg.algo, cfg.optim, schedule, split=fsdp.DataParallel())
     if state is not None:
         trainer.load_state_dict(state)
     return trainer

@@ -29,7 +29,7 @@ import torch
 
 from scalerl.config import RayConfig, RunConfig
 from scalerl.errors import UserError
-from scalerl.pipeline.backends import ReadyBatches, generate_on_schedule
+from scalerl.pipeline.ready import ReadyBatches, generate_on_schedule
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule

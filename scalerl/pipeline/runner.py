@@ -30,7 +30,8 @@ import numpy as np
 import torch
 
 from scalerl import algo
-from scalerl.build import build_length_control, build_model, build_task, check_engine
+from scalerl.build import build_length_control, build_model, build_task
+from scalerl.engines.registry import check_engine, native_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import UserError
@@ -38,7 +39,8 @@ from scalerl.evaluate import evaluate
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.batch import Request, RolloutBatch
-from scalerl.pipeline.generator import prompt_encoder
+from scalerl.models.registry import prompt_encoder
+from scalerl.pipeline.prepare import update_curriculum as _update_curriculum
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
 from scalerl.progress import RunDisplay
@@ -157,7 +159,7 @@ def _run(
     )
     forecaster = Forecaster(cfg.forecast)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
-    eval_engine = bundle.make_engine(eval_model, tokenizer, fp32_head=cfg.algo.fp32_head)
+    eval_engine = native_engine(bundle, eval_model, fp32_head=cfg.algo.fp32_head)
     encode = prompt_encoder(bundle)
 
     step = 0
@@ -285,10 +287,3 @@ def _run(
         backend.close()
         log.close()
     return forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
-
-
-def _update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
-    for gi, pid in enumerate(batch.problem_ids):
-        sel = batch.group == gi
-        curriculum.update(pid, int(batch.correct[sel].sum()), int(sel.sum()))
-

@@ -1,0 +1,118 @@
+"""The batch-preparation stage: what the algorithm does to a batch of rollouts before the loss, in one place.
+
+Registered steps (``PREP_STEPS``), run in this order by :func:`prepare` on a :class:`Prepared` batch:
+
+1. ``staleness``: a sequence whose oldest sampled token is more than the schedule's bound behind the trainer's
+   version is dropped with its whole group (§3.1; by construction this never fires, and the count is logged so
+   a run proves it);
+2. ``zero_variance``: when ``algo.zero_variance_filter`` is on, groups whose generations are all correct or all
+   incorrect are dropped, no refill (§3.6); correctness, not the shaped reward, decides;
+3. ``advantages``: group-mean baseline and the configured normalisation on the kept groups only (§3.5; the
+   batch std is therefore taken after filtering, argued in ``algo/advantages.py``).
+
+The trainer runs the stage on the whole batch (every rank alike) and then takes log-probs → loss → aggregation
+→ optimizer step. Two pieces of per-batch work sit at the stage's ends, where their inputs are: reward shaping
+(§3.8) in ``pipeline.batch.collate``, beside the length control that generated the batch, and
+:func:`update_curriculum` (§3.7) in the driver, which owns the prompt sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from scalerl import algo
+from scalerl.pipeline.batch import RolloutBatch
+from scalerl.registry import Registry
+
+
+@dataclass(frozen=True)
+class StageConfig:
+    """The numbers and names the stage needs (from the algorithm config and the schedule)."""
+
+    max_staleness: int
+    zero_variance_filter: bool
+    advantage_norm: str
+    advantage_eps: float
+
+
+@dataclass
+class Prepared:
+    batch: RolloutBatch
+    version: int  # the trainer's policy version before this step
+    keep: torch.Tensor  # [N] bool: sequences that reach the loss
+    stats: dict[str, float] = field(default_factory=dict)
+    advantages: torch.Tensor | None = None  # [keep.sum()] for the kept sequences, in batch order
+
+
+Step = Callable[[Prepared, StageConfig], None]
+PREP_STEPS: Registry[Step] = Registry("batch step")
+ORDER = ("staleness", "zero_variance", "advantages")
+
+
+def _groups_where(bad: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
+    """[N] True for every sequence whose group contains a ``bad`` sequence."""
+    return torch.isin(group, torch.unique(group[bad]))
+
+
+@PREP_STEPS.register("staleness")
+def staleness_guard(p: Prepared, cfg: StageConfig) -> None:
+    b = p.batch
+    oldest = b.oldest_version()
+    has_tokens = oldest >= 0
+    staleness = torch.where(has_tokens, p.version - oldest, torch.zeros_like(oldest))
+    stale = staleness > cfg.max_staleness
+    p.keep &= ~_groups_where(stale, b.group)
+    p.stats.update({
+        "train/staleness_mean": staleness[has_tokens].float().mean().item() if has_tokens.any() else 0.0,
+        "train/staleness_max": float(staleness.max().item()) if has_tokens.any() else 0.0,
+        "train/stale_dropped": float(stale.sum().item()),
+        "train/inflight_frac": (b.version_span() > 0).float().mean().item(),
+    })
+
+
+@PREP_STEPS.register("zero_variance")
+def zero_variance_filter(p: Prepared, cfg: StageConfig) -> None:
+    b = p.batch
+    if cfg.zero_variance_filter:
+        p.keep &= algo.zero_variance_mask(b.correct, b.group)  # correctness, not shaped reward (§3.6)
+    p.stats["train/zero_var_frac"] = algo.zero_variance_frac(b.correct, b.group)
+
+
+@PREP_STEPS.register("advantages")
+def advantages(p: Prepared, cfg: StageConfig) -> None:
+    b = p.batch
+    p.advantages = algo.compute_advantages(
+        b.rewards[p.keep], b.group[p.keep], cfg.advantage_norm, cfg.advantage_eps
+    )
+
+
+def prepare(batch: RolloutBatch, version: int, cfg: StageConfig, steps: tuple[str, ...] = ORDER) -> Prepared:
+    """Run ``steps`` in order on ``batch``; the result says which sequences reach the loss, with what advantages,
+    and the batch's statistics (``train/*``)."""
+    p = Prepared(batch=batch, version=version, keep=torch.ones(batch.n, dtype=torch.bool))
+    p.stats.update({
+        "train/reward_mean": batch.rewards.mean().item(),
+        "train/pass_rate": batch.correct.float().mean().item(),
+        "train/truncation_rate": batch.truncated.float().mean().item(),
+        "train/interruption_rate": batch.interrupted.float().mean().item(),
+        "train/completion_len_mean": batch.completion_lengths.float().mean().item(),
+    })
+    for name in steps:
+        PREP_STEPS.get(name)(p, cfg)
+    p.stats.update({
+        "train/samples": float(batch.n),
+        "train/samples_kept": float(p.keep.sum().item()),
+        "train/tokens_kept": float(batch.attention_mask[p.keep].sum().item()),  # trained tokens (compute.py)
+    })
+    return p
+
+
+def update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
+    """The prompt sampler's pass counts from this batch (§3.7): every group, before filtering (an all-correct
+    group is exactly what No-Positive-Resampling must see), by correctness, not shaped reward."""
+    for gi, pid in enumerate(batch.problem_ids):
+        sel = batch.group == gi
+        curriculum.update(pid, int(batch.correct[sel].sum()), int(sel.sum()))

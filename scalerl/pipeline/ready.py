@@ -1,0 +1,59 @@
+"""What every generator backend shares (``pipeline/backends.py``, ``pipeline/ray_backend.py``; §3.1): the
+bookkeeping of batches generated but not yet trained on, and one schedule group generated beside the trainer."""
+
+from __future__ import annotations
+
+import time
+
+from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.pipeline.generator import GeneratorWorker
+from scalerl.pipeline.schedules import Schedule
+from scalerl.pipeline.weights import WeightChannel
+
+
+class ReadyBatches:
+    """Batches generated but not yet trained on, by index: the bookkeeping every backend shares. A backend
+    whose generators run elsewhere overrides ``_collect`` to take what has finished (waiting up to
+    ``timeout`` seconds); checkpoints save ``ready_batches()``, a resumed run hands them back with
+    ``put_ready``."""
+
+    def __init__(self) -> None:
+        self.ready: dict[int, RolloutBatch] = {}
+
+    def put_ready(self, batch: RolloutBatch) -> None:
+        self.ready[batch.index] = batch
+
+    def _collect(self, timeout: float) -> None:
+        """Take finished batches into ``self.ready``; nothing to take for a generator in this process."""
+
+    def ready_batches(self) -> list[RolloutBatch]:
+        self._collect(timeout=0.0)
+        return [self.ready[i] for i in sorted(self.ready)]
+
+    # True where generators run beside the trainer and may have batches under way
+    concurrent = False
+
+    def settle(self, indices: list[int]) -> list[RolloutBatch]:
+        """Wait until every batch in ``indices`` (submitted, not yet trained on) has been generated; return all
+        ready batches. A checkpoint saves these, so a resumed run trains on exactly the batches an uninterrupted
+        one would, instead of regenerating half-done ones with other weights (nothing else is published while
+        it waits, so waiting changes no batch)."""
+        while self.concurrent and any(i not in self.ready for i in indices):
+            self._collect(timeout=1.0)
+        return self.ready_batches()
+
+
+
+def generate_on_schedule(
+    worker: GeneratorWorker, channel: WeightChannel, schedule: Schedule, group: list[Request]
+) -> list[RolloutBatch]:
+    """One schedule group (``schedule.split``) from a generator running beside the trainer (local process or
+    Ray actor): wait until ``channel`` holds the weights the schedule requires, load them, and generate,
+    taking newer weights between decode steps only when the schedule is in-flight (§3.1)."""
+    while channel.version() < schedule.min_version(group[0].index):
+        time.sleep(0.001)
+    version, weights = channel.snapshot()
+    if version != worker.version:
+        worker.load(version, weights)
+    source = channel.poll if schedule.inflight else None
+    return worker.generate(group, weight_source=source)
