@@ -213,3 +213,66 @@ def test_mixture_run_logs_domains_and_downstream_and_resumes_exactly(tmp_path):
     assert consumed[0] == consumed[1]
     domains = {pid.split(":")[0] for line in consumed[0].splitlines() for pid in json.loads(line)["problem_ids"]}
     assert domains == {"arithmetic", "strings"}
+
+
+# ---------------------------------------------------------------------------------------------- report
+
+
+def _fake_run(run_dir, mix: dict[str, tuple[float, float]] | None, name="arithmetic"):
+    """A run directory whose per-domain pass rates follow Eq. 1 with (A, Cmid) per domain."""
+    import yaml
+
+    from scalerl.curves.sigmoid import sigmoid
+
+    run_dir.mkdir(parents=True)
+    task = {"name": name, "mix": [{"name": d, "weight": 1.0, "params": {}} for d in mix] if mix else None}
+    downstream = [{"name": "long", "task": name, "n": 8, "seed": 1, "params": {}}] if mix else []
+    (run_dir / "config.yaml").write_text(yaml.safe_dump({"name": run_dir.name, "task": task,
+                                                         "eval": {"downstream": downstream}}))
+    lines = []
+    for step in range(0, 155, 5):
+        c = step * 0.02
+        per = {d: float(sigmoid(np.array([c]), 0.1, A, 2.0, cm)[0]) if c else 0.1 for d, (A, cm) in (mix or {"x": (0.5, 0.8)}).items()}
+        rec = {"step": step, "compute/device_hours": c, "val/pass_rate": float(np.mean(list(per.values())))}
+        if mix:
+            rec.update({f"val/{d}/pass_rate": v for d, v in per.items()})
+            rec["downstream/long/pass_rate"] = rec["val/pass_rate"] / 2
+        lines.append(json.dumps(rec))
+    (run_dir / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+def test_report_shows_each_domain_fit_and_downstream_beside_validation(tmp_path):
+    import os
+    import subprocess
+
+    from scalerl.experiments.report import write_report
+
+    _fake_run(tmp_path / "sweep" / "mixture", {"arithmetic": (0.7, 0.6), "strings": (0.45, 1.2)})
+    _fake_run(tmp_path / "sweep" / "arithmetic-only", None)
+    out = tmp_path / "report.html"
+    a = write_report(tmp_path / "sweep", out, quiet=True)
+    mixture = next(r for r in a.runs if r.name == "mixture").breakdown
+    assert mixture.domains["arithmetic"][1].A == pytest.approx(0.7, abs=0.01)
+    assert mixture.domains["strings"][1].A == pytest.approx(0.45, abs=0.01)
+    assert list(mixture.downstream) == ["long"]
+    html = out.read_text()
+    assert "Per-domain curves and downstream sets" in html
+    assert html.count('src="data:image/png;base64,') == 4  # curves, slopes, per-domain, diagnostics
+    for cell in ("<td class=l>strings</td>", "<td class=l>downstream: long</td>", "<b>0.450</b>"):
+        assert cell in html
+    single = tmp_path / "single.html"
+    write_report(tmp_path / "sweep" / "arithmetic-only", single, quiet=True)
+    assert "Per-domain curves" not in single.read_text()  # a single-task report is as before
+    if os.path.exists(CHROMIUM):
+        png = tmp_path / "shot.png"
+        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                        f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={png}", "--window-size=1280,2400",
+                        f"file://{out.resolve()}"], check=True, capture_output=True, timeout=120)
+        from matplotlib.image import imread
+
+        img = imread(png)[..., :3]
+        assert img.shape[:2] == (2400, 1280) and img.std() > 0.05
