@@ -276,3 +276,17 @@ def test_report_shows_each_domain_fit_and_downstream_beside_validation(tmp_path)
 
         img = imread(png)[..., :3]
         assert img.shape[:2] == (2400, 1280) and img.std() > 0.05
+
+
+def test_fit_and_compare_read_a_domain_column(tmp_path, capsys):
+    from scalerl.cli import main
+
+    _fake_run(tmp_path / "a", {"arithmetic": (0.7, 0.6), "strings": (0.45, 1.2)})
+    _fake_run(tmp_path / "b", {"arithmetic": (0.6, 0.6), "strings": (0.55, 1.2)})
+    main(["fit", str(tmp_path / "a"), "--y", "val/strings/pass_rate", "--json"])
+    fit, = json.loads(capsys.readouterr().out)["fits"]
+    assert fit["y"] == "val/strings/pass_rate" and fit["A"] == pytest.approx(0.45, abs=0.01)
+    main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--y", "val/strings/pass_rate", "--json"])
+    first = json.loads(capsys.readouterr().out)["ranking"][0]
+    assert first["source"] == str(tmp_path / "b" / "metrics.jsonl")  # b has the higher strings A
+    assert first["A"] == pytest.approx(0.55, abs=0.01)
