@@ -11,7 +11,7 @@ task's. A prompt names an operation and a word of lowercase letters (``a``-``h``
 Words of ``min_len``..``max_len`` letters (3..8) give a spread of difficulty, as the arithmetic task's operand
 counts do: every letter is a chance to slip, so after the warm-up short words pass far more often than long
 ones. Completions stay under ~35 tokens. Each problem's operation is in ``meta["op"]`` and its length in
-``meta["length"]``. Grading reads the text after the *last* ``</think>``, as the arithmetic task does.
+``meta["length"]``. Grading reads the text after the *last* ``</think>`` (``tasks/worked.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from scalerl.errors import UserError
-from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
+from scalerl.tasks.worked import WorkedTask, draw_split
 
 OPS = ("rev", "sort", "count")
 
@@ -44,7 +44,7 @@ def _solve(op: str, word: str, letter: str) -> tuple[list[str], str]:
 
 
 @dataclass
-class StringsTask:
+class StringsTask(WorkedTask):
     """Registered as ``task.name: strings``. Params: ``ops`` (all three), ``min_len`` (3), ``max_len`` (8),
     ``alphabet`` (``"abcdefgh"``)."""
 
@@ -70,44 +70,20 @@ class StringsTask:
         self._val, self._train = self._draw()
 
     def _draw(self) -> tuple[list[Problem], list[Problem]]:
-        """Distinct problems from one seeded stream: the first ``n_val`` are validation, the rest training."""
-        rng = np.random.default_rng([self.seed, 0x57A1])
+        """Distinct problems from one seeded stream (``draw_split``): the first ``n_val`` are validation."""
         letters = sorted(set(self.alphabet))
-        want = self.n_val + self.n_train
-        seen: dict[str, Problem] = {}
-        tries = 0
-        while len(seen) < want:
-            tries += 1
-            if tries > 50 * want + 10_000:
-                raise UserError(
-                    f"task.params allow fewer than {want} distinct problems (n_train + n_val); allow longer words "
-                    "or a larger alphabet, or lower task.n_train / task.n_val"
-                )
+
+        def one(rng: np.random.Generator) -> Problem:
             op = self.ops[int(rng.integers(len(self.ops)))]
             k = int(rng.integers(self.min_len, self.max_len + 1))
             word = "".join(letters[int(i)] for i in rng.integers(len(letters), size=k))
             letter = letters[int(rng.integers(len(letters)))] if op == "count" else ""
             prompt = f"count {letter} in {word}=" if op == "count" else f"{op} {word}="
-            if prompt not in seen:
-                steps, answer = _solve(op, word, letter)
-                seen[prompt] = Problem(id=prompt, prompt=prompt, answer=answer,
-                                       meta={"op": op, "length": k, "steps": steps})
-        problems = list(seen.values())
-        return problems[: self.n_val], problems[self.n_val :]
+            steps, answer = _solve(op, word, letter)
+            return Problem(id=prompt, prompt=prompt, answer=answer, meta={"op": op, "length": k, "steps": steps})
 
-    def train_problems(self) -> list[Problem]:
-        return self._train
-
-    def val_problems(self) -> list[Problem]:
-        return self._val
-
-    def demonstration(self, problem: Problem) -> str:
-        """The correct completion: the letter-by-letter working in ``<think>...</think>``, then the answer."""
-        return f"{THINK}{' '.join(problem.meta['steps'])}{END_THINK}{problem.answer}"
-
-    def grade(self, problem: Problem, completion: str) -> bool:
-        head, sep, answer = completion.rpartition(END_THINK)
-        return bool(sep) and answer.strip() == problem.answer
+        return draw_split(one, np.random.default_rng([self.seed, 0x57A1]), self.n_val, self.n_train,
+                          "allow longer words or a larger alphabet")
 
 
 @TASKS.register("strings")
