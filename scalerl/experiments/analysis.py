@@ -28,6 +28,15 @@ RUN_FILES = ("metrics.jsonl", "config.yaml")
 Diagnostics = dict[str, tuple[np.ndarray, np.ndarray]]  # metrics key -> (steps, values)
 
 
+def A_interval(fit: curves.FitResult) -> tuple[str, str]:
+    """The ends of the interval on A as text; an end the data does not bound reads 'open'."""
+    if fit.A_ci is None:
+        return "–", "–"
+    return tuple(  # type: ignore[return-value]
+        "open" if is_open or v is None else f"{v:.3f}" for v, is_open in zip(fit.A_ci, fit.A_ci_open)
+    )
+
+
 @dataclass
 class Breakdown:
     """A run's curves per domain (§5: one sigmoid per domain) and its downstream sets, against compute.
@@ -72,12 +81,7 @@ class RunAnalysis:
 
     @property
     def A_interval(self) -> tuple[str, str]:
-        """The ends of the interval on A as text; an end the data does not bound reads 'open'."""
-        if self.fit.A_ci is None:
-            return "–", "–"
-        return tuple(  # type: ignore[return-value]
-            "open" if is_open or v is None else f"{v:.3f}" for v, is_open in zip(self.fit.A_ci, self.fit.A_ci_open)
-        )
+        return A_interval(self.fit)
 
     @property
     def diagnostics(self) -> dict[str, float]:

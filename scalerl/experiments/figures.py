@@ -86,11 +86,13 @@ def breakdown_figure(runs: dict[str, Any]) -> Any:
     """Per-domain curves side by side (§5: one panel per domain, each run's points and fitted Eq. 1 curve), and
     a last panel with each run's downstream sets (dashed) beside its overall validation pass rate (solid).
 
-    ``runs`` maps a run's name to ``(overall validation Series, analysis.Breakdown)``."""
+    ``runs`` maps a run's name to ``(its overall validation curve, analysis.Breakdown)``; the curve is anything
+    with ``x`` and ``y`` arrays (a Series or a FitResult)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
 
     domains = list(dict.fromkeys(d for _, b in runs.values() for d in b.domains))
     n = len(domains) + 1
@@ -118,6 +120,7 @@ def breakdown_figure(runs: dict[str, Any]) -> Any:
     ax.set_title("downstream (dashed) beside validation", fontsize=10)
     for ax in axes.flat:
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # a short span gets crowded minor labels otherwise
         ax.set_xlabel("compute (device-hours)", fontsize=9)
         ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable
 
 from scalerl.atomic import write_text
 from scalerl.errors import UserError
-from scalerl.experiments.analysis import FORECAST_FACTORS, Analysis, RunAnalysis, analyse
+from scalerl.experiments.analysis import FORECAST_FACTORS, A_interval, Analysis, RunAnalysis, analyse
 from scalerl.experiments.figures import (
     TRUNCATION_ALARM, breakdown_figure, diagnostics_figure, figure_data_uri, png_data_uri,
 )
@@ -119,7 +119,7 @@ def _domains_table(runs: list[RunAnalysis]) -> str:
                 rows.append(([_esc(r.name), _esc(domain), str(s.x.size), *["–"] * 4, f"{s.y[-1]:.3f}"], ""))
                 continue
             ident = '<span class="ok">yes</span>' if f.identified else '<span class="bad">no</span>'
-            lo, hi = ("open" if v is None else f"{v:.3f}" for v in (f.A_ci or (None, None)))
+            lo, hi = A_interval(f)
             rows.append(([_esc(r.name), _esc(domain), str(s.x.size), f"<b>{f.A:.3f}</b>", f"[{lo}, {hi}]",
                           f"{f.B:.2f}", ident, f"{s.y[-1]:.3f}"], ""))
         for name, s in (r.breakdown.downstream.items() if r.breakdown else ()):
