@@ -36,7 +36,6 @@ from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import UserError
 from scalerl.evaluate import evaluate
-from scalerl.tasks.base import Problem
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.batch import Request, RolloutBatch
@@ -44,6 +43,7 @@ from scalerl.pipeline.generator import prompt_encoder
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
 from scalerl.progress import RunDisplay
+from scalerl.tasks.base import Problem
 from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
