@@ -11,11 +11,11 @@ from typing import Any
 from scalerl.config import ModelConfig, RunConfig, TaskConfig
 from scalerl.errors import UserError
 from scalerl.models.registry import MODELS, ModelBundle
-from scalerl.tasks.base import Task
+from scalerl.tasks.base import Problem, Task
 from scalerl.tasks.registry import TASKS
 
 # modules whose import registers entries; optional ones may be absent in a checkout
-_TASK_MODULES = ("scalerl.tasks.arithmetic", "scalerl.tasks.math", "scalerl.tasks.code")
+_TASK_MODULES = ("scalerl.tasks.arithmetic", "scalerl.tasks.strings", "scalerl.tasks.math", "scalerl.tasks.code")
 _MODEL_MODULES = ("scalerl.models.tiny", "scalerl.models.hf")
 
 
@@ -28,13 +28,51 @@ def _import_all(modules: tuple[str, ...]) -> None:
                 raise
 
 
-def build_task(cfg: TaskConfig) -> Task:
+def _make_task(name: str, params: dict[str, Any], where: str, **sizes: int) -> Task:
     _import_all(_TASK_MODULES)
-    factory = TASKS.get(cfg.name, "task.name")
+    factory = TASKS.get(name, f"{where}.name")
     try:
-        return factory(seed=cfg.seed, n_train=cfg.n_train, n_val=cfg.n_val, **cfg.params)
+        return factory(**sizes, **params)
     except TypeError as exc:
-        raise UserError(f"task.params: {exc}") from None
+        raise UserError(f"{where}.params: {exc}") from None
+
+
+def build_task(cfg: TaskConfig) -> Task:
+    """The task named by ``cfg.name``, or with ``cfg.mix`` the mixture of the tasks it lists (each a domain)."""
+    sizes = {"seed": cfg.seed, "n_train": cfg.n_train, "n_val": cfg.n_val}
+    if cfg.mix is None:
+        return _make_task(cfg.name, cfg.params, "task", **sizes)
+    from scalerl.tasks.mixture import MixtureTask
+
+    return MixtureTask({e.name: _make_task(e.name, e.params, f"task.mix[{i}]", **sizes) for i, e in enumerate(cfg.mix)})
+
+
+def build_curriculum(cfg: RunConfig, task: Task) -> Any:
+    """The prompt sampler over ``task``'s training split (§3.7); for a mixture, one per domain, drawn by weight."""
+    from scalerl import algo
+
+    if cfg.task.mix is None:
+        return algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
+    from scalerl.algo.mixture import MixtureSampler
+
+    by_domain = {d: [p.id for p in ps] for d, ps in task.train_by_domain.items()}  # type: ignore[attr-defined]
+    return MixtureSampler(by_domain, {e.name: e.weight_at for e in cfg.task.mix},
+                          lambda ids, seed: algo.build_curriculum(cfg.algo.curriculum, ids, seed), cfg.seed)
+
+
+def build_downstream(cfg: RunConfig, task: Task) -> dict[str, tuple[Task, list[Problem]]]:
+    """The downstream sets of ``eval.downstream``: name -> (its task, its problems), none of whose prompts is in
+    ``task``'s training split (held out by construction, not by luck)."""
+    trained = {p.prompt for p in task.train_problems()}
+    sets = {}
+    for i, d in enumerate(cfg.eval.downstream):
+        where = f"eval.downstream[{i}]"
+        other = _make_task(d.task, d.params, where, seed=d.seed, n_train=1, n_val=d.n)
+        problems = [p for p in other.val_problems() if p.prompt not in trained][: d.n]
+        if not problems:
+            raise UserError(f"{where}: every problem of {d.name!r} is in the training split; give it other params")
+        sets[d.name] = (other, problems)
+    return sets
 
 
 def build_model(cfg: ModelConfig, seed: int) -> ModelBundle:

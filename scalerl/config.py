@@ -54,12 +54,59 @@ class WarmupConfig(Strict):
     cache: bool = True
 
 
+class MixEntry(Named):
+    """One domain of a task mixture (§5: math + code trained together). ``weight`` is its share of the prompts
+    drawn, either a number or a schedule over training steps: ``[[step, weight], ...]``, linear between the
+    points and flat past the ends. Weights are relative: each batch's shares are the weights over their sum."""
+
+    weight: float | list[tuple[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]]] = Field(1.0)
+
+    @field_validator("weight")
+    @classmethod
+    def _weight(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            steps = [s for s, _ in value]
+            if not value or steps != sorted(set(steps)):
+                raise ValueError("a weight schedule is [[step, weight], ...] with increasing steps")
+        elif value < 0:
+            raise ValueError("a weight must be >= 0")
+        return value
+
+    def weight_at(self, step: int) -> float:
+        """The weight at training step ``step``: linear between a schedule's points, flat past its ends."""
+        if not isinstance(self.weight, list):
+            return float(self.weight)
+        points = self.weight
+        if step <= points[0][0]:
+            return float(points[0][1])
+        for (s0, w0), (s1, w1) in zip(points, points[1:]):
+            if step <= s1:
+                return float(w0 + (w1 - w0) * (step - s0) / (s1 - s0))
+        return float(points[-1][1])
+
+
 class TaskConfig(Strict):
     name: str = "arithmetic"
     seed: int = 0
-    n_train: int = Field(4000, ge=1)
-    n_val: int = Field(256, ge=1)
+    n_train: int = Field(4000, ge=1)  # per domain in a mixture
+    n_val: int = Field(256, ge=1)  # per domain in a mixture
     params: dict[str, Any] = Field(default_factory=dict)
+    # a task mixture (scalerl/tasks/mixture.py): when given, ``name`` and ``params`` are not used
+    mix: list[MixEntry] | None = None
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, value: list[MixEntry] | None) -> list[MixEntry] | None:
+        if value is not None:
+            names = [e.name for e in value]
+            if not names or len(set(names)) != len(names):
+                raise ValueError("a mixture lists each task once, e.g. [{name: arithmetic, weight: 0.5}, ...]")
+            # the total weight is piecewise linear between the schedules' points: positive at all of them suffices
+            steps = {0} | {s for e in value if isinstance(e.weight, list) for s, _ in e.weight}
+            zero = [s for s in sorted(steps) if sum(e.weight_at(s) for e in value) <= 0]
+            if zero:
+                raise ValueError(f"the mixture's weights are all 0 at step {zero[0]}; give some task a weight > 0")
+        return value
 
 
 class LossConfig(Named):
@@ -114,10 +161,31 @@ class RewardConfig(Strict):
     incorrect: float = -1.0
 
 
+class DownstreamSet(Strict):
+    """A named held-out set outside the training distribution (§5: downstream benchmarks beside validation),
+    drawn from task ``task`` with ``params`` (e.g. longer arithmetic than any trained on); problems whose
+    prompt is in the training split are left out. Logged as ``downstream/<name>/pass_rate``."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    task: str
+    n: int = Field(64, ge=1)
+    seed: int = 1
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
 class EvalConfig(Strict):
     every: int = Field(25, ge=1)
     n_samples: int = Field(4, ge=1)  # mean@n
     n_prompts: int | None = Field(128, ge=1)  # None: the whole validation split (configs/testbed/tiers.yaml)
+    downstream: list[DownstreamSet] = Field(default_factory=list)
+
+    @field_validator("downstream")
+    @classmethod
+    def _unique(cls, value: list[DownstreamSet]) -> list[DownstreamSet]:
+        names = [d.name for d in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"downstream set names must be unique, got {names}")
+        return value
 
 
 class ForecastConfig(Strict):

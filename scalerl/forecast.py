@@ -10,6 +10,10 @@ A fit that has not identified A (the run has not passed Cmid, or the interval on
 as a lower bound, ``A ≥ lo``: the fitted A then sits at the search's bound and is no estimate (§2: fit past Cmid
 before trusting A). ``fit.json`` also holds the paper's extrapolation check (§2, §5.5): the fit on the first half
 of the compute scored on the second half, and whether its interval on A covers the whole run's A.
+
+With a task mixture the evaluation holds one pass rate per domain (``val/<domain>/pass_rate``), and each gets
+its own fit beside the overall one (§5: one sigmoid per domain): logged as ``forecast/<domain>/A`` etc., and
+listed after the overall fit in ``fit.json`` (each fit names its column in ``"y"``) and drawn in ``curve.png``.
 """
 
 from __future__ import annotations
@@ -53,12 +57,21 @@ class Forecaster:
         self.x_name, self.y_name, self.bounded = x_name, y_name, bounded  # other trainers' axes (integrations/)
         self.x: list[float] = []
         self.y: list[float] = []
+        self.domains: dict[str, Forecaster] = {}  # domain -> its own fit of val/<domain>/pass_rate
 
     def state_dict(self) -> dict[str, Any]:
-        return {"x": list(self.x), "y": list(self.y)}
+        return {"x": list(self.x), "y": list(self.y), "domains": {d: f.state_dict() for d, f in self.domains.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.x, self.y = list(state["x"]), list(state["y"])
+        self.domains = {}
+        for d, sub in state.get("domains", {}).items():
+            self._domain(d).load_state_dict(sub)
+
+    def _domain(self, domain: str) -> "Forecaster":
+        if domain not in self.domains:
+            self.domains[domain] = Forecaster(self.cfg, self.x_name, f"val/{domain}/pass_rate", self.bounded)
+        return self.domains[domain]
 
     def _fit(self, ci: bool, source: str = "run") -> Any | None:
         from scalerl import curves
@@ -79,14 +92,18 @@ class Forecaster:
         except curves.FitError:
             return None
 
-    def update(self, compute: float, value: float) -> dict[str, float]:
+    def update(self, compute: float, value: float, domains: dict[str, float] | None = None) -> dict[str, float]:
+        """Add one evaluation (``domains``: each domain's pass rate) and return the refitted forecast keys."""
+        out: dict[str, float] = {}
+        for d, v in (domains or {}).items():
+            out.update({k.replace("forecast/", f"forecast/{d}/", 1): x for k, x in self._domain(d).update(compute, v).items()})
         if self.x and compute <= self.x[-1]:
             compute = self.x[-1] + 1e-12  # two evals with no training between them
         self.x.append(compute)
         self.y.append(value)
         fit = self._fit(ci=True)
         if fit is None:
-            return {}
+            return out
         lo, hi = fit.A_ci
         return {
             "forecast/A": fit.A,
@@ -96,6 +113,7 @@ class Forecaster:
             "forecast/Cmid": fit.Cmid,
             "forecast/R0": fit.R0,
             "forecast/identified": float(fit.identified),
+            **out,
         }
 
     def write_final(self, run_dir: Path, title: str, source: str = "metrics.jsonl") -> dict[str, Any]:
@@ -109,6 +127,12 @@ class Forecaster:
             return {"fit": None, "points": len(self.x)}
         check, note = half_budget_check(self.x, self.y, source, fit_from=self.cfg.fit_from)
         extrapolation = {**check.to_json(), "covers_full_A": check.covers(fit.A)} if check else {"note": note}
-        write_json(Path(run_dir) / "fit.json", {"fits": [fit.to_json()], "extrapolation": extrapolation})
-        curves.plot_fits([fit], Path(run_dir) / "curve.png", title=title)
-        return {"fit": fit.to_json(), "extrapolation": extrapolation, "points": len(self.x)}
+        per_domain = {d: f._fit(ci=True, source=source) for d, f in self.domains.items()}
+        fits = [(self.y_name, fit)] + [(d, f) for d, f in per_domain.items() if f is not None]
+        write_json(Path(run_dir) / "fit.json", {"fits": [f.to_json() for _, f in fits], "extrapolation": extrapolation})
+        labels = [name for name, _ in fits] if len(fits) > 1 else None
+        curves.plot_fits([f for _, f in fits], Path(run_dir) / "curve.png", title=title, labels=labels)
+        summary = {"fit": fit.to_json(), "extrapolation": extrapolation, "points": len(self.x)}
+        if self.domains:
+            summary["domains"] = {d: (f.to_json() if f is not None else None) for d, f in per_domain.items()}
+        return summary

@@ -22,7 +22,7 @@ from scalerl.presets import (
     resolve_variant,
 )
 
-PRESETS = ["dapo_qwen", "grpo_deepseek", "magistral", "minimax", "scalerl"]
+PRESETS = ["dapo_qwen", "grpo_deepseek", "magistral", "minimax", "multitask", "scalerl"]
 LOO = ["loo-dapo", "loo-fp32", "loo-savg", "loo-plan", "loo-batch", "loo-uniform", "loo-lp", "loo-8op"]
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import yaml
 
 from scalerl import curves
 from scalerl.curves.extrapolation import HALF, HeldOut, half_budget_check
@@ -25,6 +26,27 @@ FORECAST_FACTORS = (2.0, 10.0)
 RUN_FILES = ("metrics.jsonl", "config.yaml")
 
 Diagnostics = dict[str, tuple[np.ndarray, np.ndarray]]  # metrics key -> (steps, values)
+
+
+def A_interval(fit: curves.FitResult) -> tuple[str, str]:
+    """The ends of the interval on A as text; an end the data does not bound reads 'open'."""
+    if fit.A_ci is None:
+        return "–", "–"
+    return tuple(  # type: ignore[return-value]
+        "open" if is_open or v is None else f"{v:.3f}" for v, is_open in zip(fit.A_ci, fit.A_ci_open)
+    )
+
+
+@dataclass
+class Breakdown:
+    """A run's curves per domain (§5: one sigmoid per domain) and its downstream sets, against compute.
+
+    A task mixture's domains are its ``val/<domain>/pass_rate`` columns; a single-task run's one domain is its
+    task, read from ``val/pass_rate``, so a sweep puts each domain trained alone beside it in a mixture."""
+
+    mixture: bool
+    domains: dict[str, tuple[curves.Series, curves.FitResult | None]]
+    downstream: dict[str, curves.Series]
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,7 @@ class RunAnalysis:
     heldout_note: str | None
     predictions: list[Prediction]
     series: Diagnostics
+    breakdown: Breakdown | None = None
 
     @property
     def n_points(self) -> int:
@@ -58,12 +81,7 @@ class RunAnalysis:
 
     @property
     def A_interval(self) -> tuple[str, str]:
-        """The ends of the interval on A as text; an end the data does not bound reads 'open'."""
-        if self.fit.A_ci is None:
-            return "–", "–"
-        return tuple(  # type: ignore[return-value]
-            "open" if is_open or v is None else f"{v:.3f}" for v, is_open in zip(self.fit.A_ci, self.fit.A_ci_open)
-        )
+        return A_interval(self.fit)
 
     @property
     def diagnostics(self) -> dict[str, float]:
@@ -147,6 +165,39 @@ def load_diagnostics(run_dir: Path) -> Diagnostics:
     return out
 
 
+def _try_fit(s: curves.Series) -> curves.FitResult | None:
+    try:
+        return curves.fit_series(s)
+    except (curves.FitError, UserError):
+        return None  # too few or too flat points: the curve is drawn without a fit
+
+
+def load_breakdown(run_dir: Path) -> Breakdown | None:
+    """The run's per-domain and downstream curves, named by its ``config.yaml`` (None without one)."""
+    try:
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    task, evals = cfg.get("task") or {}, cfg.get("eval") or {}
+    mix = task.get("mix")
+    columns = ({e["name"]: f"val/{e['name']}/pass_rate" for e in mix} if mix
+               else {str(task.get("name", "task")): curves.DEFAULT_Y})
+    domains = {}
+    for d, col in columns.items():
+        try:
+            s = curves.load_series(run_dir, curves.DEFAULT_X, col)
+        except UserError:
+            continue
+        domains[d] = (s, _try_fit(s))
+    downstream = {}
+    for d in evals.get("downstream") or []:
+        try:
+            downstream[d["name"]] = curves.load_series(run_dir, curves.DEFAULT_X, f"downstream/{d['name']}/pass_rate")
+        except UserError:
+            continue
+    return Breakdown(bool(mix), domains, downstream)
+
+
 def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
     """Fit one run; a UserError (caught by :func:`analyse`) says why it cannot be reported."""
     if run_dir.is_dir() and not any(run_dir.iterdir()):
@@ -156,7 +207,8 @@ def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
     fit = curves.fit_series(s, predict_at=[f * x_max for f in FORECAST_FACTORS])
     heldout, note = half_budget_check(s.x, s.y, s.source, HALF)
     predictions = [Prediction(f, c, r) for f, (c, r) in zip(FORECAST_FACTORS, fit.predictions)]
-    return RunAnalysis(name, run_dir, fit, heldout, note, predictions, load_diagnostics(run_dir))
+    return RunAnalysis(name, run_dir, fit, heldout, note, predictions, load_diagnostics(run_dir),
+                       load_breakdown(run_dir))
 
 
 def _rank(a: Analysis) -> None:

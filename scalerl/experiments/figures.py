@@ -80,3 +80,52 @@ def diagnostics_figure(runs: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]
         fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return fig
+
+
+def breakdown_figure(runs: dict[str, Any]) -> Any:
+    """Per-domain curves side by side (§5: one panel per domain, each run's points and fitted Eq. 1 curve), and
+    a last panel with each run's downstream sets (dashed) beside its overall validation pass rate (solid).
+
+    ``runs`` maps a run's name to ``(its overall validation curve, analysis.Breakdown)``; the curve is anything
+    with ``x`` and ``y`` arrays (a Series or a FitResult)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import NullFormatter
+
+    domains = list(dict.fromkeys(d for _, b in runs.values() for d in b.domains))
+    n = len(domains) + 1
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.8), squeeze=False, sharey=True)
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, domain in zip(axes.flat, domains):
+        for i, (name, (_, b)) in enumerate(runs.items()):
+            if domain not in b.domains:
+                continue
+            s, fit = b.domains[domain]
+            c, pos = colours[i % len(colours)], s.x > 0
+            ax.plot(s.x[pos], s.y[pos], "o", color=c, ms=3, label=name)
+            if fit is not None:
+                xs = np.geomspace(float(s.x[pos].min()), float(s.x.max()) * 2, 100)
+                ax.plot(xs, fit.predict(xs), "-", color=c, lw=1.2)
+                ax.axhline(fit.A, color=c, ls=":", lw=0.8)
+        ax.set_title(f"domain: {domain}", fontsize=10)
+    ax = axes.flat[-1]
+    for i, (name, (overall, b)) in enumerate(runs.items()):
+        c, pos = colours[i % len(colours)], overall.x > 0
+        ax.plot(overall.x[pos], overall.y[pos], "-o", color=c, ms=3, lw=1, label=f"{name}: validation")
+        for j, (set_name, s) in enumerate(b.downstream.items()):
+            p = s.x > 0
+            ax.plot(s.x[p], s.y[p], "--" + "sv^D"[j % 4], color=c, ms=3, lw=1, label=f"{name}: {set_name}")
+    ax.set_title("downstream (dashed) beside validation", fontsize=10)
+    for ax in axes.flat:
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # a short span gets crowded minor labels otherwise
+        ax.set_xlabel("compute (device-hours)", fontsize=9)
+        ax.tick_params(labelsize=8)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    axes.flat[0].set_ylabel("pass rate", fontsize=9)
+    fig.tight_layout()
+    return fig

@@ -9,6 +9,8 @@ What it shows, each piece from the paper:
   and ranked by B (§2 "How recipes are compared");
 * the linearised form ``log F(R)`` against ``log C`` at a common A, whose slopes are B (§1.3, Fig. 7);
 * the reward each fit predicts at 2× and 10× the run's compute;
+* with a task mixture (§5): one curve and fit per domain, side by side (a single-domain run of the same report
+  beside its domain), and the downstream sets beside the overall validation curve;
 * training diagnostics over time: truncation rate (§3.8), staleness (§3.1), zero-variance fraction (§3.6),
   retired prompts (§3.7), entropy (§3.9).
 
@@ -27,8 +29,10 @@ from typing import Any, Callable, Iterable
 
 from scalerl.atomic import write_text
 from scalerl.errors import UserError
-from scalerl.experiments.analysis import FORECAST_FACTORS, Analysis, RunAnalysis, analyse
-from scalerl.experiments.figures import TRUNCATION_ALARM, diagnostics_figure, figure_data_uri, png_data_uri
+from scalerl.experiments.analysis import FORECAST_FACTORS, A_interval, Analysis, RunAnalysis, analyse
+from scalerl.experiments.figures import (
+    TRUNCATION_ALARM, breakdown_figure, diagnostics_figure, figure_data_uri, png_data_uri,
+)
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
@@ -107,6 +111,36 @@ def _forecast_table(runs: list[RunAnalysis]) -> str:
     return _table(["run", "compute so far", "last reward", "predicted at 2×", "predicted at 10×"], rows)
 
 
+def _domains_table(runs: list[RunAnalysis]) -> str:
+    rows = []
+    for r in runs:
+        for domain, (s, f) in (r.breakdown.domains.items() if r.breakdown else ()):
+            if f is None:
+                rows.append(([_esc(r.name), _esc(domain), str(s.x.size), *["–"] * 4, f"{s.y[-1]:.3f}"], ""))
+                continue
+            ident = '<span class="ok">yes</span>' if f.identified else '<span class="bad">no</span>'
+            lo, hi = A_interval(f)
+            rows.append(([_esc(r.name), _esc(domain), str(s.x.size), f"<b>{f.A:.3f}</b>", f"[{lo}, {hi}]",
+                          f"{f.B:.2f}", ident, f"{s.y[-1]:.3f}"], ""))
+        for name, s in (r.breakdown.downstream.items() if r.breakdown else ()):
+            rows.append(([_esc(r.name), f"downstream: {_esc(name)}", str(s.x.size), *["–"] * 4, f"{s.y[-1]:.3f}"], ""))
+    return _table(["run", "domain", "evaluations", "A", "A interval", "B", "identified", "last reward"], rows,
+                  text=(0, 1))
+
+
+def _domains_section(a: Analysis, figure: str) -> str:
+    """Only for a report with a task mixture in it."""
+    if not any(r.breakdown and r.breakdown.mixture for r in a.runs):
+        return ""
+    img = f'<img src="{figure}" alt="per-domain curves and downstream sets">' if figure else ""
+    return f"""<h2>Per-domain curves and downstream sets</h2>
+{img}
+{_domains_table(a.runs)}
+<p class="note">§5: trained on a mixture, each domain follows its own sigmoid (one fit per domain, dotted line at
+its A); a single-domain run is shown under its task. Downstream sets are held out by construction and harder than
+the training distribution; they are logged at the same evaluation steps as validation.</p>"""
+
+
 def _diagnostics_table(runs: list[RunAnalysis]) -> str:
     rows = []
     for r in runs:
@@ -148,6 +182,7 @@ def render(a: Analysis, figures: dict[str, str], extra: str = "") -> str:
 to 10× the run's compute. A higher A raises the ceiling; a higher B and a smaller Cmid reach it sooner (§1.1).</p>
 <h2>Fitted parameters</h2>
 {_fits_table(a.runs)}
+{_domains_section(a, figures.get("domains", ""))}
 <p class="note">A interval: {a.ci_level:.0%} profile-likelihood interval, widened for autocorrelated
 evaluation noise (scalerl.curves); “open” means the data do not bound that end. “identified: no” means the
 run has not passed Cmid, so A is not pinned down yet.</p>
@@ -184,6 +219,8 @@ def build_figures(a: Analysis) -> dict[str, str]:
         "slopes": png_data_uri(lambda p: curves.plot_linearised(
             a.slope_fits, p, title=f"Linearised Eq. 1 at common A = {a.common_A:.3f}: slope = B")) if a.slope_fits else "",
         "diagnostics": figure_data_uri(diagnostics_figure({r.name: r.series for r in a.runs})),
+        "domains": figure_data_uri(breakdown_figure({r.name: (r.fit, r.breakdown) for r in a.runs if r.breakdown}))
+        if any(r.breakdown and r.breakdown.mixture for r in a.runs) else "",
     }
 
 

@@ -24,13 +24,12 @@ import shutil
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from scalerl import algo
-from scalerl.build import build_length_control, build_model, build_task
+from scalerl.build import build_curriculum, build_downstream, build_length_control, build_model, build_task
 from scalerl.engines.registry import check_engine, native_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
@@ -44,6 +43,7 @@ from scalerl.pipeline.prepare import update_curriculum as _update_curriculum
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
 from scalerl.progress import RunDisplay
+from scalerl.tasks.base import Problem
 from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
@@ -112,13 +112,14 @@ def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: 
         raise
 
 
-def check_context(bundle: Any, encode: Any, task: Any, length: Any) -> None:
-    """A UserError before anything is written when the longest prompt plus the length budget does not fit the
-    model's context (the model says so only once a batch reaches it, after the run has started)."""
+def check_context(bundle: Any, encode: Any, task: Any, length: Any, extra: Sequence[Problem] = ()) -> None:
+    """A UserError before anything is written when the longest prompt (of the task's splits and ``extra``, the
+    downstream sets) plus the length budget does not fit the model's context (the model says so only once a
+    batch reaches it, after the run has started)."""
     check = getattr(bundle.model, "check_length", None)
     if check is None or length is None:
         return
-    prompts = {p.prompt for p in [*task.train_problems(), *task.val_problems()]}
+    prompts = {p.prompt for p in [*task.train_problems(), *task.val_problems(), *extra]}
     longest = max((len(encode(text)) for text in prompts), default=0)
     check(longest + int(length.max_new_tokens))
 
@@ -133,9 +134,11 @@ def _run(
     torch.manual_seed(cfg.seed)
 
     task = build_task(cfg.task)
+    downstream = build_downstream(cfg, task)
     bundle = build_model(cfg.model, cfg.seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
-    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg))
+    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
+                  [p for _, problems in downstream.values() for p in problems])
     model, tokenizer = bundle.model, bundle.tokenizer
     length = build_length_control(cfg, tokenizer)
     schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
@@ -150,7 +153,7 @@ def _run(
         torch.set_num_threads(threads)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
-    curriculum = algo.build_curriculum(cfg.algo.curriculum, [p.id for p in task.train_problems()], cfg.seed)
+    curriculum = build_curriculum(cfg, task)
     metered = backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
     meter = ComputeMeter(
         n_params=int(bundle.spec.get("n_params", 0)),
@@ -196,10 +199,15 @@ def _run(
     def run_eval() -> None:
         t0 = time.perf_counter()
         ranks.refresh(eval_model, model)
-        res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=batch_seed(cfg.seed, -1 - step))
+        seed = batch_seed(cfg.seed, -1 - step)
+        res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=seed)
+        for name, (other, problems) in downstream.items():  # §5: downstream sets at the same steps
+            res.update(evaluate(eval_engine, encode, other, problems, cfg.eval.n_samples, length, seed=seed,
+                                prefix=f"downstream/{name}"))
         record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
         record["timing/eval_s"] = time.perf_counter() - t0
-        record.update(forecaster.update(meter.device_hours, res["val/pass_rate"]))
+        domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(task, "domains", ()) if f"val/{d}/pass_rate" in res}
+        record.update(forecaster.update(meter.device_hours, res["val/pass_rate"], domains))
         log.log(record)
         display.eval(record)
 

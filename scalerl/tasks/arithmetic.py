@@ -14,8 +14,8 @@ answer is a guess. Training and validation draw the same mix, so the asymptote A
 near the reachable share, below 1; each problem's tier is in ``meta["tier"]`` and the evaluator reports the
 pass rate per tier.
 
-Grading reads the text after the *last* ``</think>``, so an answer written after the interruption phrase
-counts; a completion without ``</think>`` is wrong. Rewards (±1 by default, §3.0) come from the run config.
+Grading reads the text after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task).
+Rewards (±1 by default, §3.0) come from the run config.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from scalerl.errors import UserError
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
+from scalerl.tasks.worked import WorkedTask, draw_split
 
 
 def _steps(operands: list[int], ops: list[str]) -> tuple[list[str], int]:
@@ -74,7 +75,7 @@ def _tiers(spec: dict[str, Any], digits: int) -> list[Tier]:
 
 
 @dataclass
-class ArithmeticTask:
+class ArithmeticTask(WorkedTask):
     """Registered as ``task.name: arithmetic``. Params: ``min_operands`` (2), ``max_operands`` (5),
     ``max_digits`` per operand (1), ``subtraction`` (True), or instead of the operand range ``tiers`` (see the
     module docstring)."""
@@ -109,45 +110,28 @@ class ArithmeticTask:
         self._val, self._train = self._draw()
 
     def _draw(self) -> tuple[list[Problem], list[Problem]]:
-        """Distinct problems from one seeded stream: the first ``n_val`` are validation, the next ``n_train``
-        training, so the two splits are disjoint and each is fixed by the seed."""
-        rng = np.random.default_rng([self.seed, 0x5CA1E])
-        want = self.n_val + self.n_train
-        seen: dict[str, Problem] = {}
-        tries = 0
+        """Distinct problems from one seeded stream (``draw_split``): the first ``n_val`` are validation."""
         shares = np.array([t.share for t in self._tiers]) / sum(t.share for t in self._tiers)
-        while len(seen) < want:
-            tries += 1
-            if tries > 50 * want + 10_000:
-                raise UserError(
-                    f"task.params allow fewer than {want} distinct problems (n_train + n_val); allow more operands "
-                    "or digits, or lower task.n_train / task.n_val"
-                )
+
+        def one(rng: np.random.Generator) -> Problem:
             tier = self._tiers[0] if len(self._tiers) == 1 else self._tiers[int(rng.choice(len(self._tiers), p=shares))]
             k = int(rng.integers(tier.operands[0], tier.operands[1] + 1))
             digits = rng.integers(1, tier.digits + 1, size=k)
             operands = [int(rng.integers(0, 10**d)) for d in digits]
             ops = ["-" if self.subtraction and rng.random() < 0.5 else "+" for _ in range(k - 1)]
             expr = str(operands[0]) + "".join(f"{op}{x}" for op, x in zip(ops, operands[1:]))
-            if expr not in seen:
-                steps, result = _steps(operands, ops)
-                seen[expr] = Problem(
-                    id=expr, prompt=expr + "=", answer=str(result), meta={"operands": k, "steps": steps, "tier": tier.name}
-                )
-        problems = list(seen.values())
-        return problems[: self.n_val], problems[self.n_val :]
+            steps, result = _steps(operands, ops)
+            return Problem(id=expr, prompt=expr + "=", answer=str(result),
+                           meta={"operands": k, "steps": steps, "tier": tier.name})
 
-    def train_problems(self) -> list[Problem]:
-        return self._train
-
-    def val_problems(self) -> list[Problem]:
-        return self._val
+        return draw_split(one, np.random.default_rng([self.seed, 0x5CA1E]), self.n_val, self.n_train,
+                          "allow more operands or digits")
 
     def demonstration(self, problem: Problem) -> str:
         """The left-to-right working in ``<think>...</think>``, then the answer: correct, unless ``sign_slip``
         (see the module docstring) drops the minus sign of negative partial sums, the slip carried on."""
         if not self.sign_slip:
-            return f"{THINK}{' '.join(problem.meta['steps'])}{END_THINK}{problem.answer}"
+            return super().demonstration(problem)
         rng = np.random.default_rng([self.seed, 0x51C9, *problem.prompt.encode()])
         numbers = re.findall(r"\d+", problem.prompt)
         ops = re.findall(r"[+-]", problem.prompt[len(numbers[0]):])
@@ -159,10 +143,6 @@ class ArithmeticTask:
             steps.append(f"{acc}{op}{x}={new}")
             acc = new
         return f"{THINK}{' '.join(steps)}{END_THINK}{acc}"
-
-    def grade(self, problem: Problem, completion: str) -> bool:
-        head, sep, answer = completion.rpartition(END_THINK)
-        return bool(sep) and answer.strip() == problem.answer
 
 
 @TASKS.register("arithmetic")

@@ -1,0 +1,91 @@
+"""A second built-in domain: string transformations with a short chain of thought, graded exactly.
+
+It plays the part of the paper's second domain (§5 trains on math and code together) at CPU scale: it runs
+offline with the built-in tiny model and its character tokenizer, and its skills differ from the arithmetic
+task's. A prompt names an operation and a word of lowercase letters (``a``-``h`` by default):
+
+* ``rev cabd=``     -> ``<think>d b a c</think>dbac``            (reverse: the letters from the last)
+* ``sort cabd=``    -> ``<think>a b c d</think>abcd``            (sort: the letters in alphabetical order)
+* ``count b in cbdb=`` -> ``<think>c0 b1 d1 b2</think>2``         (count: a running count, letter by letter)
+
+Words of ``min_len``..``max_len`` letters (3..8) give a spread of difficulty, as the arithmetic task's operand
+counts do: every letter is a chance to slip, so after the warm-up short words pass far more often than long
+ones. Completions stay under ~35 tokens. Each problem's operation is in ``meta["op"]`` and its length in
+``meta["length"]``. Grading reads the text after the *last* ``</think>`` (``tasks/worked.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from scalerl.errors import UserError
+from scalerl.tasks.base import Problem
+from scalerl.tasks.registry import TASKS
+from scalerl.tasks.worked import WorkedTask, draw_split
+
+OPS = ("rev", "sort", "count")
+
+
+def _solve(op: str, word: str, letter: str) -> tuple[list[str], str]:
+    """The working (one item per letter) and the answer of one problem."""
+    if op == "rev":
+        out = word[::-1]
+        return list(out), out
+    if op == "sort":
+        out = "".join(sorted(word))
+        return list(out), out
+    steps, n = [], 0
+    for ch in word:
+        n += ch == letter
+        steps.append(f"{ch}{n}")
+    return steps, str(n)
+
+
+@dataclass
+class StringsTask(WorkedTask):
+    """Registered as ``task.name: strings``. Params: ``ops`` (all three), ``min_len`` (3), ``max_len`` (8),
+    ``alphabet`` (``"abcdefgh"``)."""
+
+    seed: int = 0
+    n_train: int = 4000
+    n_val: int = 256
+    ops: tuple[str, ...] = OPS
+    min_len: int = 3
+    max_len: int = 8
+    alphabet: str = "abcdefgh"
+    name: str = "strings"
+    _train: list[Problem] = field(init=False, repr=False)
+    _val: list[Problem] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.ops = tuple(self.ops)
+        if not self.ops or set(self.ops) - set(OPS):
+            raise UserError(f"task.params.ops must be a non-empty list of {', '.join(OPS)}, got {list(self.ops)}")
+        if not 1 <= self.min_len <= self.max_len <= 16:
+            raise UserError(f"task.params: need 1 <= min_len <= max_len <= 16, got {self.min_len}..{self.max_len}")
+        if len(set(self.alphabet)) < 2 or not all("a" <= c <= "z" for c in self.alphabet):
+            raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
+        self._val, self._train = self._draw()
+
+    def _draw(self) -> tuple[list[Problem], list[Problem]]:
+        """Distinct problems from one seeded stream (``draw_split``): the first ``n_val`` are validation."""
+        letters = sorted(set(self.alphabet))
+
+        def one(rng: np.random.Generator) -> Problem:
+            op = self.ops[int(rng.integers(len(self.ops)))]
+            k = int(rng.integers(self.min_len, self.max_len + 1))
+            word = "".join(letters[int(i)] for i in rng.integers(len(letters), size=k))
+            letter = letters[int(rng.integers(len(letters)))] if op == "count" else ""
+            prompt = f"count {letter} in {word}=" if op == "count" else f"{op} {word}="
+            steps, answer = _solve(op, word, letter)
+            return Problem(id=prompt, prompt=prompt, answer=answer, meta={"op": op, "length": k, "steps": steps})
+
+        return draw_split(one, np.random.default_rng([self.seed, 0x57A1]), self.n_val, self.n_train,
+                          "allow longer words or a larger alphabet")
+
+
+@TASKS.register("strings")
+def strings(seed: int = 0, n_train: int = 4000, n_val: int = 256, **params: object) -> StringsTask:
+    return StringsTask(seed=seed, n_train=n_train, n_val=n_val, **params)  # type: ignore[arg-type]
