@@ -25,7 +25,7 @@ class AnswersEasyOnly:
 
 def test_pass_rate_per_tier_and_overall():
     tiers = {"easy": {"operands": 2, "share": 1}, "hard": {"operands": [4, 5], "share": 1}}
-    task = ArithmeticTask(seed=0, n_train=10, n_val=60, tiers=tiers)
+    task = ArithmeticTask(seed=0, n_train=10, n_val=60, tiers=tiers, sign_slip=0.0)  # correct demonstrations
     encode = lambda s: [ord(c) for c in s]  # noqa: E731
     val = task.val_problems()
     engine = AnswersEasyOnly(task, {tuple(encode(p.prompt)): p for p in val})
@@ -38,7 +38,7 @@ def test_pass_rate_per_tier_and_overall():
 
 
 def test_one_tier_adds_no_per_tier_keys():
-    task = ArithmeticTask(seed=0, n_train=10, n_val=20)
+    task = ArithmeticTask(seed=0, n_train=10, n_val=20, min_operands=3, max_operands=3)  # one operand count
     encode = lambda s: [ord(c) for c in s]  # noqa: E731
     engine = AnswersEasyOnly(task, {tuple(encode(p.prompt)): p for p in task.val_problems()})
     res = evaluate(engine, encode, task, task.val_problems(), n_samples=2, length=None, seed=0)

@@ -13,7 +13,7 @@ from scalerl.tasks.registry import TASKS
 
 @pytest.fixture(scope="module")
 def task() -> ArithmeticTask:
-    return TASKS.get("arithmetic")(seed=3, n_train=500, n_val=100)
+    return TASKS.get("arithmetic")(seed=3, n_train=500, n_val=100, sign_slip=0.0)  # correct demonstrations
 
 
 def test_split_is_deterministic_and_disjoint(task):
@@ -48,7 +48,7 @@ def test_answers_and_demonstrations_are_correct(task):
 
 def test_worked_example():
     p = Problem(id="12+7-30", prompt="12+7-30=", answer="-11", meta={"steps": ["12+7=19", "19-30=-11"]})
-    t = ArithmeticTask(seed=0, n_train=5, n_val=5)
+    t = ArithmeticTask(seed=0, n_train=5, n_val=5, sign_slip=0.0)
     assert t.demonstration(p) == "<think>12+7=19 19-30=-11</think>-11"
     assert t.grade(p, "<think>12+7=19 19-30=-11</think> -11 ")
     assert not t.grade(p, "<think>12+7=19 19-30=-11</think>-12")
@@ -79,7 +79,7 @@ TESTBED_TIERS = {"easy": {"operands": [2, 3], "share": 0.4}, "medium": {"operand
 
 def test_tiers_draw_their_shares_and_operands_and_name_each_problem():
     # up to three-digit operands: every tier has far more distinct problems than are drawn, so none runs out
-    t = ArithmeticTask(seed=0, n_train=2000, n_val=400, max_digits=3, tiers=TESTBED_TIERS)
+    t = ArithmeticTask(seed=0, n_train=2000, n_val=400, max_digits=3, tiers=TESTBED_TIERS, sign_slip=0.0)
     probs = t.train_problems() + t.val_problems()
     shares = {name: sum(p.meta["tier"] == name for p in probs) / len(probs) for name in TESTBED_TIERS}
     for name, spec in TESTBED_TIERS.items():
@@ -130,7 +130,7 @@ def test_sign_slip_drops_minus_signs_of_negative_partial_sums_at_its_rate():
     """The warm-up habit RL can unlearn: with ``sign_slip`` q, each negative partial sum of a demonstration loses
     its minus sign with probability q and the working goes on from the wrong value; nothing else changes, and
     the problems (prompts, answers, grading) are those of q = 0."""
-    clean, slipped = ArithmeticTask(seed=3), ArithmeticTask(seed=3, sign_slip=0.5)
+    clean, slipped = ArithmeticTask(seed=3, sign_slip=0.0), ArithmeticTask(seed=3, sign_slip=0.5)
     assert [p.id for p in clean.train_problems()] == [p.id for p in slipped.train_problems()]
     negatives = slips = 0
     for p in slipped.train_problems():
@@ -156,3 +156,10 @@ def test_sign_slip_drops_minus_signs_of_negative_partial_sums_at_its_rate():
     assert negatives > 1000 and abs(slips / negatives - 0.5) < 0.05
     with pytest.raises(UserError, match="sign_slip"):
         ArithmeticTask(sign_slip=1.0)
+    assert ArithmeticTask().sign_slip == 0.6  # the testbed's default habit
+
+
+def test_without_named_tiers_each_operand_count_is_a_tier():
+    t = ArithmeticTask(seed=0, n_train=200, n_val=100)
+    assert {p.meta["tier"] for p in t.val_problems()} == {f"operands_{k}" for k in range(2, 6)}
+    assert all(p.meta["tier"] == f"operands_{p.meta['operands']}" for p in t.train_problems())

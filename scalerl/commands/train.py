@@ -13,7 +13,7 @@ from scalerl.errors import UserError, check_writable_dir
 DEMO_OUT = "runs/demo"
 # The demo's RL budget is a step count, so its curve is the same for the same seed whatever the machine's load;
 # the time cap is only a safety net (docs/experiments.md).
-DEMO_STEPS = 200
+DEMO_STEPS = 100
 DEMO_SAFETY_MINUTES = 20.0
 # what the demo checks of itself at the end (issue #11): A identified with a 95% interval at most this wide, and
 # the fit on the first half of the compute predicting the last evaluation within this much

@@ -7,12 +7,20 @@ to slip: after the default warm-up two-operand prompts are solved several times 
 which is what zero-variance filtering (§3.6) and No-Positive-Resampling (§3.7) need. The thinking part is
 ~7-35 tokens, which interruptions (§3.8) can cut.
 
-Difficulty tiers (``tiers``) give the ceiling a reason a user can see: the testbed (configs/scalerl.yaml) mixes
-an *easy* tier (2-3 operands), a *medium* one (4-5) and an *out-of-reach* one (9-10 operands) whose working is
-longer than the thinking budget of the interruption length control (§3.8), so its thinking is always cut and its
-answer is a guess. Training and validation draw the same mix, so the asymptote A (§2, Eq. 1) of a run sits
-near the reachable share, below 1; each problem's tier is in ``meta["tier"]`` and the evaluator reports the
-pass rate per tier.
+**The testbed's habit** (``sign_slip``, 0.6 by default; issue #11). RL from a base model first removes what the
+base model does wrong by habit rather than by lack of skill, and only then, slowly, adds skill (§2: the early,
+fast part of the curve). The warm-up's demonstrations carry such a habit: each negative partial sum loses its
+minus sign with probability ``sign_slip`` and the working goes on from the wrong value (``"7-8=1 1+1=2"``), so
+the warmed-up model slips on about a quarter of its answers. The problems, their answers and the grading are
+untouched: only :meth:`ArithmeticTask.demonstration`, which the warm-up trains on, slips. ``sign_slip: 0`` gives
+correct demonstrations.
+
+**Where the ceiling comes from.** Without named tiers every operand count is its own tier
+(``meta["tier"] = "operands_k"``), and the evaluator reports ``val/tier/operands_k/pass_rate``: two-operand
+prompts end near 1, five-operand ones far below (more steps to get wrong, and working that the interruption's
+thinking budget (§3.8) can cut). Named tiers (``tiers``) mix chosen operand ranges instead; e.g.
+configs/testbed/tiers.yaml adds an *out-of-reach* tier (9-10 operands) whose working is always longer than
+the thinking budget, so its answer is a guess.
 
 Grading reads the text after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task).
 Rewards (±1 by default, §3.0) come from the run config.
@@ -41,15 +49,6 @@ def _steps(operands: list[int], ops: list[str]) -> tuple[list[str], int]:
         steps.append(f"{acc}{op}{x}={new}")
         acc = new
     return steps, acc
-
-
-def _partials(operands: list[int], ops: list[str]) -> list[int]:
-    """Every running value of the left-to-right working, the first operand included."""
-    acc, out = operands[0], [operands[0]]
-    for op, x in zip(ops, operands[1:]):
-        acc = acc + x if op == "+" else acc - x
-        out.append(acc)
-    return out
 
 
 @dataclass(frozen=True)
@@ -97,8 +96,7 @@ class ArithmeticTask(WorkedTask):
     max_digits: int = 1
     subtraction: bool = True
     tiers: dict[str, Any] | None = None
-    sign_slip: float = 0.0
-    max_partial: int | None = None
+    sign_slip: float = 0.6
     name: str = "arithmetic"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
@@ -111,8 +109,6 @@ class ArithmeticTask(WorkedTask):
             )
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
-        if self.max_partial is not None and not 1 <= self.max_partial:
-            raise UserError(f"task.params.max_partial must be a positive integer or null, got {self.max_partial}")
         if not 0.0 <= self.sign_slip < 1.0:
             raise UserError(f"task.params.sign_slip must be in [0, 1), got {self.sign_slip}")
         self._tiers = (
@@ -131,12 +127,8 @@ class ArithmeticTask(WorkedTask):
             digits = rng.integers(1, tier.digits + 1, size=k)
             operands = [int(rng.integers(0, 10**d)) for d in digits]
             ops = ["-" if self.subtraction and rng.random() < 0.5 else "+" for _ in range(k - 1)]
-            steps, result = _steps(operands, ops)
-            while self.max_partial is not None and any(abs(v) > self.max_partial for v in _partials(operands, ops)):
-                ops = ["-" if self.subtraction and rng.random() < 0.5 else "+" for _ in range(k - 1)]
-                operands = [int(rng.integers(0, 10**d)) for d in digits]
-                steps, result = _steps(operands, ops)
             expr = str(operands[0]) + "".join(f"{op}{x}" for op, x in zip(ops, operands[1:]))
+            steps, result = _steps(operands, ops)
             # without named tiers, each operand count is its own tier: the evaluator then shows which lengths
             # hold the pass rate below 1
             name = tier.name if self.tiers is not None else f"operands_{k}"
