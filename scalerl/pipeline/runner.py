@@ -11,7 +11,9 @@ Per step ``s`` the driver (in the trainer's process):
 The synchronous and the asynchronous paths are this same loop; only the backend differs. Under torchrun
 (``WORLD_SIZE`` > 1) the loop runs on rank 0 and the trainer is sharded and data-parallel over every rank
 (``pipeline/ranks.py``, docs/scale-out.md); the other ranks follow rank 0 and write nothing.
-A checkpoint holds model, optimizer, RNG states, curriculum state, the compute meter, the requests issued
+The loop is ``RunLoop`` (the step, evaluation with the live forecast, checkpoints, one metrics row) over a
+``RunState`` (``pipeline/state.py``), whose one ``save`` and one ``load`` are the checkpoint. A checkpoint
+holds model, optimizer, RNG states, curriculum state, the compute meter, the requests issued
 but not yet trained on, and the batches already generated for them, so ``--resume`` continues exactly:
 the prompts consumed match an uninterrupted run and metrics continue without a gap.
 """
