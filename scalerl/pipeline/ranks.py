@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import copy
 import os
-import random
 import sys
 import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -36,6 +34,7 @@ from scalerl.config import RunConfig
 from scalerl.errors import UserError
 from scalerl.pipeline.batch import RolloutBatch
 from scalerl.pipeline.schedules import SCHEDULES, Schedule
+from scalerl.pipeline.state import seed_everything
 from scalerl.trainer import Trainer
 
 
@@ -51,6 +50,16 @@ def thread_split(cfg: RunConfig, world: int) -> tuple[int, int]:
     cores = os.cpu_count() or 1
     threads = cfg.threads or max(1, cores // (world + local))
     return threads, cfg.threads or max(1, cores - world * threads)
+
+
+def setup_rank(cfg: RunConfig, world: int) -> tuple[int, int, Schedule]:
+    """What every trainer rank does first, rank 0 and the followers alike: take its share of the cores, seed
+    the global generators with the run's seed, and build the schedule (§3.1). Returns ``(threads per trainer
+    rank, threads for a generator beside it, the schedule)``; the model is built after, by ``build_model``."""
+    threads, gen_threads = thread_split(cfg, world)
+    torch.set_num_threads(threads)
+    seed_everything(cfg.seed)
+    return threads, gen_threads, SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
 
 
 def exit_code(exc: BaseException | None) -> int:
@@ -199,12 +208,8 @@ def follow() -> None:
 
 
 def _follow(commands: fsdp.Commands, device: torch.device, cfg: RunConfig, resume: bool) -> None:
-    torch.set_num_threads(thread_split(cfg, torch.distributed.get_world_size())[0])
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
+    _, _, schedule = setup_rank(cfg, torch.distributed.get_world_size())
     model = build_model(cfg.model, cfg.seed).model.to(device)
-    schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
     trainer = sharded_trainer(model, cfg, schedule, {}, {} if resume else None)
     actions = {
         "step": lambda: trainer.step(fsdp.broadcast_batch(None, device)),

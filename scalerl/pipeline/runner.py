@@ -11,7 +11,9 @@ Per step ``s`` the driver (in the trainer's process):
 The synchronous and the asynchronous paths are this same loop; only the backend differs. Under torchrun
 (``WORLD_SIZE`` > 1) the loop runs on rank 0 and the trainer is sharded and data-parallel over every rank
 (``pipeline/ranks.py``, docs/scale-out.md); the other ranks follow rank 0 and write nothing.
-A checkpoint holds model, optimizer, RNG states, curriculum state, the compute meter, the requests issued
+The loop is ``RunLoop`` (the step, evaluation with the live forecast, checkpoints, one metrics row) over a
+``RunState`` (``pipeline/state.py``), whose one ``save`` and one ``load`` are the checkpoint. A checkpoint
+holds model, optimizer, RNG states, curriculum state, the compute meter, the requests issued
 but not yet trained on, and the batches already generated for them, so ``--resume`` continues exactly:
 the prompts consumed match an uninterrupted run and metrics continue without a gap.
 """
@@ -19,15 +21,14 @@ the prompts consumed match an uninterrupted run and metrics continue without a g
 from __future__ import annotations
 
 import os
-import random
 import shutil
 import time
-import zlib
 from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-import numpy as np
 import torch
+from torch import nn
 
 from scalerl.build import build_curriculum, build_downstream, build_length_control, build_model, build_task
 from scalerl.engines.registry import check_engine, native_engine
@@ -37,30 +38,17 @@ from scalerl.errors import UserError
 from scalerl.evaluate import evaluate
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
-from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.models.registry import prompt_encoder
 from scalerl.pipeline.prepare import update_curriculum as _update_curriculum
-from scalerl.pipeline.schedules import SCHEDULES
-from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, thread_split
+from scalerl.pipeline.schedules import Schedule
+from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, setup_rank
+from scalerl.pipeline.state import RunState, batch_seed
 from scalerl.progress import RunDisplay
 from scalerl.tasks.base import Problem
-from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
+from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
-
-
-def batch_seed(run_seed: int, index: int) -> int:
-    return zlib.crc32(f"{run_seed}:{index}".encode()) & 0x7FFFFFFF
-
-
-def _rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+from scalerl.trainer import Trainer
 
 
 # what a resumed run may change: its budget and where/how it runs, never what it computes
@@ -127,12 +115,7 @@ def check_context(bundle: Any, encode: Any, task: Any, length: Any, extra: Seque
 def _run(
     cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool]
 ) -> dict[str, Any]:
-    threads, gen_threads = thread_split(cfg, ranks.world)
-    torch.set_num_threads(threads)
-    random.seed(cfg.seed)
-    np.random.seed(cfg.seed)
-    torch.manual_seed(cfg.seed)
-
+    threads, gen_threads, schedule = setup_rank(cfg, ranks.world)
     task = build_task(cfg.task)
     downstream = build_downstream(cfg, task)
     bundle = build_model(cfg.model, cfg.seed)
@@ -140,8 +123,6 @@ def _run(
     check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
                   [p for _, problems in downstream.values() for p in problems])
     model, tokenizer = bundle.model, bundle.tokenizer
-    length = build_length_control(cfg, tokenizer)
-    schedule = SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k)
     ckpt = load_latest_checkpoint(out) if resume else None
     warm_stats: dict[str, Any] = {}
     if ckpt is None and cfg.warmup.steps > 0 and hasattr(task, "demonstration"):
@@ -153,145 +134,173 @@ def _run(
         torch.set_num_threads(threads)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
-    curriculum = build_curriculum(cfg, task)
     metered = backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
-    meter = ComputeMeter(
-        n_params=int(bundle.spec.get("n_params", 0)),
-        trainer_devices=ranks.world,
-        scale=cfg.devices / metered if cfg.devices else 1.0,
+    state = RunState(
+        curriculum=build_curriculum(cfg, task),
+        meter=ComputeMeter(
+            n_params=int(bundle.spec.get("n_params", 0)),
+            trainer_devices=ranks.world,
+            scale=cfg.devices / metered if cfg.devices else 1.0,
+        ),
+        forecaster=Forecaster(cfg.forecast),
     )
-    forecaster = Forecaster(cfg.forecast)
-    val = list(task.val_problems())[: cfg.eval.n_prompts or None]
-    eval_engine = native_engine(bundle, eval_model, fp32_head=cfg.algo.fp32_head)
-    encode = prompt_encoder(bundle)
-
-    step = 0
-    next_request = 0
-    pending: dict[int, Request] = {}
-    saved_batches: list[RolloutBatch] = []
-    wall_offset = 0.0
+    evaluation = Evaluation(
+        engine=native_engine(bundle, eval_model, fp32_head=cfg.algo.fp32_head),
+        encode=prompt_encoder(bundle),
+        task=task,
+        val=list(task.val_problems())[: cfg.eval.n_prompts or None],
+        downstream=downstream,
+        length=build_length_control(cfg, tokenizer),
+        n_samples=cfg.eval.n_samples,
+    )
     if ckpt is not None:
-        curriculum.load_state_dict(ckpt["curriculum"])
-        meter.load_state_dict(ckpt["compute"])
-        forecaster.load_state_dict(ckpt["forecast"])
-        _set_rng_state(ckpt["rng"])
-        step, next_request, wall_offset = ckpt["step"], ckpt["next_request"], ckpt["wall_s"]
-        pending = {int(r["index"]): Request(**r) for r in ckpt["pending"]}
-        saved_batches = [RolloutBatch.from_payload(p) for p in ckpt["ready"]]
-    log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=step + 1 if resume else None)
+        state.load(ckpt)
+    log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=state.step + 1 if resume else None)
     if resume:
-        log.truncate(step if ckpt is not None else -1)
+        log.truncate(state.step if ckpt is not None else -1)
 
     backend = make_backend(cfg, schedule, ranks.weights(model), trainer.version, task=task, threads=gen_threads)
     write_text(out / "config.yaml", to_yaml(cfg))  # only once everything has started: no half-made run dir
-    for batch in saved_batches:
+    for batch in state.ready:
         backend.put_ready(batch)
-    ready_ids = {b.index for b in saved_batches}
-    backend.submit([r for i, r in sorted(pending.items()) if i not in ready_ids])
+    backend.submit(state.unready())
 
-    display = RunDisplay(cfg, enabled=show_progress)
-    start = time.perf_counter() - wall_offset
-    budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
-
-    def wall() -> float:
-        return time.perf_counter() - start
-
-    def run_eval() -> None:
-        t0 = time.perf_counter()
-        ranks.refresh(eval_model, model)
-        seed = batch_seed(cfg.seed, -1 - step)
-        res = evaluate(eval_engine, encode, task, val, cfg.eval.n_samples, length, seed=seed)
-        for name, (other, problems) in downstream.items():  # §5: downstream sets at the same steps
-            res.update(evaluate(eval_engine, encode, other, problems, cfg.eval.n_samples, length, seed=seed,
-                                prefix=f"downstream/{name}"))
-        record: dict[str, Any] = {"step": step, "time/wall_s": wall(), **meter.metrics(), **res}
-        record["timing/eval_s"] = time.perf_counter() - t0
-        domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(task, "domains", ()) if f"val/{d}/pass_rate" in res}
-        record.update(forecaster.update(meter.device_hours, res["val/pass_rate"], domains))
-        log.log(record)
-        display.eval(record)
-
-    def checkpoint() -> None:
-        ready = [b for b in backend.settle(sorted(pending)) if b.index >= step]
-        save_checkpoint(
-            out,
-            step,
-            {
-                "step": step,
-                "next_request": next_request,
-                "wall_s": wall(),
-                "trainer": ranks.trainer_state(trainer),
-                "curriculum": curriculum.state_dict(),
-                "compute": meter.state_dict(),
-                "forecast": forecaster.state_dict(),
-                "rng": _rng_state(),
-                "pending": [vars(r) for _, r in sorted(pending.items())],
-                "ready": [b.to_payload() for b in ready],
-                "config": cfg.model_dump(mode="json"),
-            },
-        )
-
-    # a resumed run that already evaluated at its checkpoint step must not evaluate there again
-    carried: dict[str, float] = {}
-    last_eval_step = max((int(r["step"]) for r in read_metrics(out) if "val/pass_rate" in r), default=-1)
+    loop = RunLoop(cfg, out, ranks, state, schedule, trainer, model, eval_model, evaluation, backend, log,
+                   RunDisplay(cfg, enabled=show_progress), progress)
     try:
-        with display:
-            display.start(step, warm_stats)
-            if step == 0 and ckpt is None:
-                run_eval()  # R0: the reward at zero training compute
-                last_eval_step = 0
-            while step < cfg.steps and (budget_s is None or wall() < budget_s):
-                issued = []
-                while next_request < cfg.steps and schedule.min_version(next_request) <= trainer.version:
-                    req = Request(next_request, curriculum.next_ids(cfg.batch.prompts), batch_seed(cfg.seed, next_request))
-                    pending[next_request] = req
-                    issued.append(req)
-                    next_request += 1
-                if issued:
-                    backend.submit(issued)
-                t0 = time.perf_counter()
-                batch = backend.next_batch(step)
-                t_batch = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
-                stats = ranks.step(trainer, batch)
-                _update_curriculum(curriculum, batch)
-                t_publish = time.perf_counter()
-                if trainer.version % schedule.group == 0:
-                    backend.publish(ranks.weights(model), trainer.version)
-                timing = {f"timing/{k}_s": v for k, v in {**batch.timings, **trainer.timings}.items()}
-                # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
-                timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
-                prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
-                meter.add_generation(batch.gen_seconds, prompt_tokens, int(batch.completion_lengths.sum()))
-                meter.add_training(time.perf_counter() - t_batch, int(stats["train/tokens_kept"]))
-                del pending[step]
-                step += 1
-                progress["trained"] = True
-                record = {
-                    "step": step,
-                    "time/wall_s": wall(),
-                    **meter.metrics(),
-                    **stats,
-                    "curriculum/retired": float(curriculum.retired),
-                    "throughput/samples_per_s": batch.n / max(time.perf_counter() - t0, 1e-9),
-                    "throughput/gen_seconds": batch.gen_seconds,
-                    **timing,
-                    **carried,  # the checkpoint written after the previous step
-                }
-                carried = {}
-                log.log(record)
-                log.consumed(step, batch.problem_ids)
-                display.step(record)
-                if step % cfg.eval.every == 0 or step == cfg.steps:
-                    run_eval()
-                    last_eval_step = step
-                if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-                    t_ckpt = time.perf_counter()
-                    checkpoint()
-                    carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
-            if last_eval_step != step:
-                run_eval()
-                checkpoint()
+        with loop.display:
+            loop.run(warm_stats, fresh=ckpt is None)
     finally:
         backend.close()
         log.close()
-    return forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
+    return state.forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
+
+
+@dataclass
+class Evaluation:
+    """mean@n on the validation split and the downstream sets (§2, §5), with a seed per step."""
+
+    engine: Any
+    encode: Any
+    task: Any
+    val: list[Problem]
+    downstream: dict[str, tuple[Any, list[Problem]]]
+    length: Any
+    n_samples: int
+
+    def __call__(self, seed: int) -> dict[str, float]:
+        res = evaluate(self.engine, self.encode, self.task, self.val, self.n_samples, self.length, seed=seed)
+        for name, (other, problems) in self.downstream.items():  # §5: downstream sets at the same steps
+            res.update(evaluate(self.engine, self.encode, other, problems, self.n_samples, self.length, seed=seed,
+                                prefix=f"downstream/{name}"))
+        return res
+
+
+@dataclass
+class RunLoop:
+    """Rank 0's loop over the steps: the step, evaluation with the live forecast, checkpoints, and the
+    metrics row each of them logs."""
+
+    cfg: RunConfig
+    out: Path
+    ranks: Solo
+    state: RunState
+    schedule: Schedule
+    trainer: Trainer
+    model: nn.Module
+    eval_model: nn.Module
+    evaluation: Evaluation
+    backend: Any
+    log: RunLog
+    display: RunDisplay
+    progress: dict[str, bool]  # "trained": whether this call trained a step (a failed fresh run is removed)
+    carried: dict[str, float] = field(default_factory=dict)  # the checkpoint written after the previous step
+
+    def run(self, warm_stats: dict[str, Any], fresh: bool) -> None:
+        """Steps until ``steps`` or the time budget; evaluates at step 0 (R0, the reward at zero training
+        compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps."""
+        cfg, state = self.cfg, self.state
+        # a resumed run that already evaluated at its checkpoint step must not evaluate there again
+        last_eval_step = max((int(r["step"]) for r in read_metrics(self.out) if "val/pass_rate" in r), default=-1)
+        state.start_clock()
+        budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
+        self.display.start(state.step, warm_stats)
+        if state.step == 0 and fresh:
+            self.evaluate()
+            last_eval_step = 0
+        while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
+            self.step()
+            if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
+                self.evaluate()
+                last_eval_step = state.step
+            if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
+                t_ckpt = time.perf_counter()
+                self.checkpoint()
+                self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
+        if last_eval_step != state.step:
+            self.evaluate()
+            self.checkpoint()
+
+    def step(self) -> None:
+        """Issue the requests the schedule allows (§3.1), train on batch ``step``, update the curriculum
+        (§3.7), publish the weights when the schedule says so, meter the compute, and log the row."""
+        cfg, state, backend, trainer = self.cfg, self.state, self.backend, self.trainer
+        issued = state.issue(self.schedule, trainer.version, cfg.steps, cfg.batch.prompts, cfg.seed)
+        if issued:
+            backend.submit(issued)
+        t0 = time.perf_counter()
+        batch = backend.next_batch(state.step)
+        t_batch = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
+        stats = self.ranks.step(trainer, batch)
+        _update_curriculum(state.curriculum, batch)
+        t_publish = time.perf_counter()
+        if trainer.version % self.schedule.group == 0:
+            backend.publish(self.ranks.weights(self.model), trainer.version)
+        timing = {f"timing/{k}_s": v for k, v in {**batch.timings, **trainer.timings}.items()}
+        # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
+        timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
+        prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
+        state.meter.add_generation(batch.gen_seconds, prompt_tokens, int(batch.completion_lengths.sum()))
+        state.meter.add_training(time.perf_counter() - t_batch, int(stats["train/tokens_kept"]))
+        state.trained()
+        self.progress["trained"] = True
+        record = self.row(
+            stats,
+            {
+                "curriculum/retired": float(state.curriculum.retired),
+                "throughput/samples_per_s": batch.n / max(time.perf_counter() - t0, 1e-9),
+                "throughput/gen_seconds": batch.gen_seconds,
+            },
+            timing,
+            self.carried,
+        )
+        self.carried = {}
+        self.log.log(record)
+        self.log.consumed(state.step, batch.problem_ids)
+        self.display.step(record)
+
+    def evaluate(self) -> None:
+        """Evaluate the trainer's weights and refit the compute-reward curve on the result (§2.1, the live
+        forecast); logs the row."""
+        t0 = time.perf_counter()
+        self.ranks.refresh(self.eval_model, self.model)
+        res = self.evaluation(batch_seed(self.cfg.seed, -1 - self.state.step))
+        record = self.row(res, {"timing/eval_s": time.perf_counter() - t0})
+        domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
+                   if f"val/{d}/pass_rate" in res}
+        record.update(self.state.forecaster.update(self.state.meter.device_hours, res["val/pass_rate"], domains))
+        self.log.log(record)
+        self.display.eval(record)
+
+    def checkpoint(self) -> None:
+        """Write this step's checkpoint, with the batches already generated for the pending requests."""
+        ready = self.backend.settle(sorted(self.state.pending))
+        self.state.save(self.out, self.ranks.trainer_state(self.trainer), ready, self.cfg.model_dump(mode="json"))
+
+    def row(self, *parts: dict[str, Any]) -> dict[str, Any]:
+        """The metrics row (design.md: metrics schema): the step, the wall clock and the compute so far, then
+        ``parts`` in order."""
+        record: dict[str, Any] = {"step": self.state.step, "time/wall_s": self.state.wall(), **self.state.meter.metrics()}
+        for part in parts:
+            record.update(part)
+        return record
