@@ -11,7 +11,8 @@ import typer
 from scalerl.errors import UserError, check_writable_dir
 
 DEMO_OUT = "runs/demo"
-# The demo's RL budget is a step count, so its curve is the same for the same seed whatever the machine's load;
+# The demo's RL budget is a step count, so the machine's load changes its wall time, not its length (the local
+# backend's in-flight weight updates depend on timing, so two runs can differ by a few thousandths per evaluation);
 # the time cap is only a safety net (docs/experiments.md).
 DEMO_STEPS = 100
 DEMO_SAFETY_MINUTES = 20.0
