@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -41,11 +41,12 @@ from scalerl.tasks.registry import TASKS
 from scalerl.tasks.worked import WorkedTask, draw_split
 
 
-def _steps(operands: list[int], ops: list[str]) -> tuple[list[str], int]:
-    """The left-to-right partial sums as ``"a+b=c"`` strings, and the result."""
+def _steps(operands: list[int], ops: list[str], slip: Callable[[int], int] = lambda v: v) -> tuple[list[str], int]:
+    """The left-to-right partial sums as ``"a+b=c"`` strings, and the result; ``slip`` may alter each partial sum
+    as it is written, and the working goes on from what was written."""
     acc, steps = operands[0], []
     for op, x in zip(ops, operands[1:]):
-        new = acc + x if op == "+" else acc - x
+        new = slip(acc + x if op == "+" else acc - x)
         steps.append(f"{acc}{op}{x}={new}")
         acc = new
     return steps, acc
@@ -144,16 +145,10 @@ class ArithmeticTask(WorkedTask):
         if not self.sign_slip:
             return super().demonstration(problem)
         rng = np.random.default_rng([self.seed, 0x51C9, *problem.prompt.encode()])
-        numbers = re.findall(r"\d+", problem.prompt)
-        ops = re.findall(r"[+-]", problem.prompt[len(numbers[0]):])
-        acc, steps = int(numbers[0]), []
-        for op, x in zip(ops, map(int, numbers[1:])):
-            new = acc + x if op == "+" else acc - x
-            if new < 0 and rng.random() < self.sign_slip:
-                new = -new
-            steps.append(f"{acc}{op}{x}={new}")
-            acc = new
-        return f"{THINK}{' '.join(steps)}{END_THINK}{acc}"
+        numbers = [int(x) for x in re.findall(r"\d+", problem.prompt)]
+        ops = re.findall(r"[+-]", problem.prompt[len(str(numbers[0])):])
+        steps, answer = _steps(numbers, ops, lambda v: -v if v < 0 and rng.random() < self.sign_slip else v)
+        return f"{THINK}{' '.join(steps)}{END_THINK}{answer}"
 
 
 @TASKS.register("arithmetic")
