@@ -13,8 +13,15 @@ go into one sweep directory (resumable: a finished run is skipped), named ``<rec
 * ``report.html`` (per-run fits, held-out checks, diagnostics, with the pooled table and the claims on top) and
   ``claims.json``.
 
-    python3 bench/replicate.py --quick                                  # smoke test: micro model, a minute or two
-    python3 bench/replicate.py --minutes 7 --seeds 0 1 --out runs/replicate   # 28 runs: see docs/experiments.md
+Every run trains for the same wall-clock minutes on one core (``backend=inline``, one torch thread), two runs at
+a time on a 2-core machine (``--jobs``): one core each, so neither slows the other (a 20-step run took 50.2 s alone
+and 50.0 s beside another, docs/RESULTS.md), and equal minutes are equal device-hours, the paper's compute. The
+seeds share one base model (``model.seed=0``: the same initial weights and warm-up), as the paper's seeds do; they
+differ in the RL run. Evaluation takes 4 samples of each of the 256 validation prompts (standard error ~0.011 per
+evaluation; a recipe's fit pools its seeds).
+
+    python3 bench/replicate.py --quick                         # smoke test: micro model, a minute or two
+    python3 bench/replicate.py --out runs/replicate            # 28 runs, ~60 min on 2 cores: docs/experiments.md
 """
 
 from __future__ import annotations
@@ -33,16 +40,19 @@ from scalerl.curves import FitError
 from scalerl.curves.compare import compare_fits
 from scalerl.errors import UserError
 from scalerl.experiments.claims import (
-    EFFICIENCY, HIGHER_A, LOO_B_NOT_A, Claim, Pooled, claims_html, efficiency_claim, higher_A_claim, loo_claim, pooled_fit,
+    EFFICIENCY, FORECAST_COLUMNS, HIGHER_A, LOO_B_NOT_A, Claim, Forecast, Pooled, claims_html, efficiency_claim,
+    fit_A, forecast_check, higher_A_claim, loo_claim, pooled_fit, seeds_A,
 )
 from scalerl.experiments.loo import budget_overrides, loo_sweep
 from scalerl.experiments.report import write_report
 from scalerl.experiments.spec import PlannedRun, Sweep
-from scalerl.experiments.sweep import RunFn, run_sequential
+from scalerl.experiments.sweep import RunFn, run_parallel
 
 RECIPES = ("scalerl", "grpo_deepseek", "dapo_qwen", "magistral", "minimax")
 EXTRA = {"gspo": ("scalerl", ("algo.loss.name=gspo",))}  # ScaleRL with the GSPO loss (§3.2)
 QUICK = CONFIG_DIR / "sweeps" / "micro.yaml"  # the micro model of the LOO smoke test
+# every run: one core, the seeds on one base model, 256 validation prompts x 4 samples
+SETTINGS = ("backend=inline", "model.seed=0", "eval.n_samples=4")
 
 
 def plan(seeds: list[int], budget: list[str], sets: list[str]) -> Sweep:
@@ -83,14 +93,27 @@ def check(
     return claim(*args)
 
 
+def forecasts(root: Path, names: list[str]) -> list[Forecast]:
+    """Every run's half-budget forecast check; a run that cannot be fitted is left out with a warning."""
+    out = []
+    for name in names:
+        try:
+            out.append(forecast_check(name, root / name))
+        except (FitError, UserError) as exc:
+            print(f"warning: {name} not checked: {' '.join(str(exc).split())}")
+    return out
+
+
 def replicate(
-    out: Path, seeds: list[int], budget: list[str], sets: list[str], run_fn: RunFn | None = None
-) -> tuple[dict[str, Pooled], list[Claim]]:
-    """Run (or resume) every run, then write ``report.html`` and ``claims.json``; the pooled fits and claims.
-    ``run_fn`` replaces the real training (tests)."""
+    out: Path, seeds: list[int], budget: list[str], sets: list[str], run_fn: RunFn | None = None, jobs: int = 1,
+) -> tuple[dict[str, Pooled], list[Claim], list[Forecast]]:
+    """Run (or resume) every run, then write ``report.html`` and ``claims.json``; the pooled fits, the claims and
+    the per-run forecast checks. ``run_fn`` replaces the real training (tests)."""
     sweep = plan(seeds, budget, sets)
-    run_sequential(sweep, out, run_fn=run_fn, show_progress=False)
-    runs = pooled(out, [r.name for r in sweep.runs])
+    run_parallel(sweep, out, jobs, run_fn=run_fn, show_progress=True)
+    names = [r.name for r in sweep.runs]
+    runs = pooled(out, names)
+    checks = forecasts(out, names)
     variants = sorted({re.sub(r"-s\d+$", "", r.name) for r in sweep.runs if r.name.startswith("loo-")})
     claims = [
         check(EFFICIENCY, efficiency_claim, runs, "magistral", "dapo_qwen"),
@@ -98,7 +121,7 @@ def replicate(
         check(LOO_B_NOT_A, loo_claim, runs, "scalerl", variants),
     ]
     recipes = list(runs.values())
-    write_report(out, out / "report.html", quiet=True, extra=lambda a: claims_html(recipes, claims))
+    write_report(out, out / "report.html", quiet=True, extra=lambda a: claims_html(recipes, claims, checks))
     by_id = {id(r.fit): r.name for r in recipes}
     ranking = compare_fits([r.fit for r in recipes]) if recipes else None
     write_json(out / "claims.json", {
@@ -106,35 +129,41 @@ def replicate(
                              "identified": r.fit.identified, "seed_A": [f.A for f in r.seeds]} for r in recipes},
         "ranking": [{"rank": i.rank, "name": by_id[id(i.fit)], "group": i.group} for i in ranking.ranked] if ranking else [],
         "claims": [vars(c) for c in claims],
+        "forecasts": [vars(f) for f in checks],
     })
-    return runs, claims
+    return runs, claims, checks
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=float, default=7.0, help="RL wall-clock budget per run (equal compute)")
+    ap.add_argument("--minutes", type=float, default=3.8, help="RL wall-clock budget per run (equal compute)")
+    ap.add_argument("--jobs", type=int, default=2, help="runs at a time, one core each")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--out", type=Path, default=Path("runs/replicate"))
     ap.add_argument("--set", dest="sets", action="append", default=[], help="extra overrides for every run")
     ap.add_argument("--quick", action="store_true", help="smoke test: the micro model, 8 steps per run")
     args = ap.parse_args()
-    sets = list(args.sets)
+    sets = [*SETTINGS, *args.sets]
     budget = budget_overrides(None, args.minutes)
     if args.quick:
         sets = [*yaml.safe_load(QUICK.read_text())["set"], *sets]
         budget = budget_overrides(8, None)
-    runs, claims = replicate(args.out, args.seeds, budget, sets)
+    runs, claims, checks = replicate(args.out, args.seeds, budget, sets, jobs=args.jobs)
     recipes = list(runs.values())
-    print(f"{'recipe (seeds pooled)':<22}{'A':>7}{'A interval':>18}{'ident.':>8}{'B':>7}{'Cmid':>9}  A per seed")
+    print(f"{'recipe (seeds pooled)':<22}{'A':>8}{'A interval':>18}{'ident.':>8}{'B':>7}{'Cmid':>9}  A per seed")
     for r in recipes:
-        print(f"{r.name:<22}{r.fit.A:>7.3f}{r.fit.format_interval():>18}{str(r.fit.identified):>8}{r.fit.B:>7.2f}"
-              f"{r.fit.Cmid:>9.3g}  {', '.join(f'{f.A:.3f}' for f in r.seeds)}")
+        print(f"{r.name:<22}{fit_A(r.fit):>8}{r.fit.format_interval():>18}{str(r.fit.identified):>8}{r.fit.B:>7.2f}"
+              f"{r.fit.Cmid:>9.3g}  {seeds_A(r.seeds)}")
     print("ranking (A first; within ±0.02, the higher B at the common A):")
     for item in json.loads((args.out / "claims.json").read_text())["ranking"]:
         print(f"  {item['rank']}. {item['name']}")
     print("paper claim -> reproduced at this scale:")
     for c in claims:
         print(f"  {c.claim} ({c.section}): {c.verdict.upper()}\n      {c.numbers}")
+    print("predictability (each run fitted on its first half of compute):")
+    print("| " + " | ".join(FORECAST_COLUMNS) + " |\n|" + "---|" * len(FORECAST_COLUMNS))
+    for f in checks:
+        print("| " + " | ".join(f.row()) + " |")
     print(f"report: {args.out / 'report.html'}; claims: {args.out / 'claims.json'}")
 
 

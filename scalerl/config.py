@@ -43,6 +43,9 @@ class ModelConfig(Strict):
     n_heads: int = Field(4, ge=1)
     max_seq_len: int = Field(160, ge=16)
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # the base model's seed (its initial weights and warm-up); None: the run's seed. Fix it to repeat RL seeds
+    # on one base model, as the paper's seeds do (bench/replicate.py)
+    seed: int | None = None
 
 
 class WarmupConfig(Strict):
@@ -252,6 +255,11 @@ class RunConfig(Strict):
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+
+    @property
+    def base_seed(self) -> int:
+        """The seed of the base model (initial weights and warm-up): ``model.seed``, else the run's ``seed``."""
+        return self.seed if self.model.seed is None else self.model.seed
 
     @field_validator(*SHORTHAND_SECTIONS, mode="before")
     @classmethod

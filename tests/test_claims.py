@@ -62,3 +62,19 @@ def test_loo_claim_yes_when_A_holds_and_B_moves_no_when_A_moves_and_B_does_not(t
     assert claim.verdict == "yes" and "loo-x" in claim.numbers
     lower = recipe(tmp_path, "loo-y", A=0.6, B=2.0)
     assert loo_claim(base, [lower]).verdict == "no"
+
+
+def test_forecast_check_scores_the_half_fit_and_checks_A_only_when_both_fits_identify_it(tmp_path):
+    from scalerl.curves.sigmoid import sigmoid as curve
+    from scalerl.experiments.claims import forecast_check
+
+    # well past Cmid: both the half and the full fit identify A, and the half predicts the end closely
+    done = forecast_check("done", write_run(tmp_path / "done", A=0.7, B=3.0, Cmid=0.8, noise=0.002))
+    assert done.end_true == pytest.approx(float(json.loads((tmp_path / "done" / "metrics.jsonl").read_text()
+                                                           .splitlines()[-1])["val/pass_rate"]))
+    assert abs(done.end_pred - float(curve(4.0, 0.2, 0.7, 3.0, 0.8))) < 0.01
+    assert done.A_full_identified and done.covers is True and done.row()[-1] == "yes"
+    # stopped before Cmid: the full fit cannot identify A, so its A is shown as a bound and nothing is "covered"
+    early = forecast_check("early", write_run(tmp_path / "early", A=0.7, B=2.0, Cmid=3.5, noise=0.01, until=2.0))
+    assert not early.A_full_identified and early.covers is None
+    assert early.row()[5].startswith("≥ ") and early.row()[5].endswith("(not identified)")

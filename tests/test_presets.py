@@ -191,3 +191,10 @@ def test_cli_presets_show(capsys, monkeypatch):
     assert code == 0 and build_config(yaml.safe_load(out)) == resolve_preset("minimax")
     code, out, err = run_cli(["presets", "--show", "nope"], capsys, monkeypatch)
     assert code == 2 and out == "" and err.startswith("error: unknown preset or variant 'nope'")
+
+
+@pytest.mark.parametrize("command", [["sweep", str(CONFIG_DIR / "sweeps" / "micro.yaml")], ["loo"]])
+def test_cli_jobs_below_one_is_refused_before_anything_runs(command, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "sweep"
+    code, _, err = run_cli([*command, "--out", str(out), "--jobs", "0"], capsys, monkeypatch)
+    assert code == 2 and err.strip() == "error: --jobs must be ≥ 1, got 0" and not out.exists()

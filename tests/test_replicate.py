@@ -14,6 +14,7 @@ import pytest
 
 from scalerl.curves.synthetic import CurveParams
 from scalerl.experiments.synthetic_runs import SyntheticRunFn
+from scalerl.presets import loo_variants
 
 _PATH = Path(__file__).resolve().parent.parent / "bench" / "replicate.py"
 _spec = importlib.util.spec_from_file_location("replicate", _PATH)
@@ -38,12 +39,12 @@ def replicated(tmp_path_factory):
     params = {**CURVES, **{n: CurveParams(0.1, 0.62, b, 0.6) for n, b in LOO_B.items()}}
     fake = SyntheticRunFn({f"{n}-s{s}": p for n, p in params.items() for s in (0, 1)}, hours_per_step=0.02)
     out = tmp_path_factory.mktemp("replicate")
-    runs, claims = bench.replicate(out, [0, 1], ["steps=150"], ["eval.every=5"], run_fn=fake)
-    return out, runs, claims
+    runs, claims, checks = bench.replicate(out, [0, 1], ["steps=150"], ["eval.every=5"], run_fn=fake)
+    return out, runs, claims, checks
 
 
 def test_every_recipe_is_pooled_over_its_two_seeds(replicated):
-    out, runs, _ = replicated
+    out, runs, _, _ = replicated
     assert set(runs) == {*CURVES, *LOO_B}
     assert len(list(out.glob("*-s0"))) == len(list(out.glob("*-s1"))) == 14
     for name, p in CURVES.items():
@@ -53,7 +54,7 @@ def test_every_recipe_is_pooled_over_its_two_seeds(replicated):
 
 
 def test_claims_follow_the_curves(replicated):
-    out, _, claims = replicated
+    out, _, claims, _ = replicated
     verdicts = {c.section: c.verdict for c in claims}
     assert verdicts["§3.1"] == "yes" and verdicts["§3.2"] == "yes"
     # loo-dapo is both the DAPO of §3.2 and a LOO variant: its A 0.12 below the base breaks "LOO moves B, not A"
@@ -65,7 +66,23 @@ def test_claims_follow_the_curves(replicated):
     assert saved["ranking"][0]["name"] == "loo-fp32" and set(saved["recipes"]) == {*CURVES, *LOO_B}
     html = (out / "report.html").read_text()
     assert "Paper claims at this scale" in html and "Recipes, seeds pooled" in html
-    assert html.count("<td class=l>yes</td>") == 2 and html.count("<td class=l>no</td>") == 1
+    table = html.split("Paper claims at this scale")[1].split("Predictability")[0]
+    assert table.count("<td class=l>yes</td>") == 2 and table.count("<td class=l>no</td>") == 1
+
+
+def test_every_run_has_its_half_budget_forecast_check(replicated):
+    out, runs, _, checks = replicated
+    order = [*bench.RECIPES, "gspo", *loo_variants("scalerl")]
+    assert [c.name for c in checks] == [f"{n}-s{s}" for s in (0, 1) for n in order]
+    for c in checks:
+        rows = [json.loads(line) for line in (out / c.name / "metrics.jsonl").read_text().splitlines()]
+        assert c.end_true == [r["val/pass_rate"] for r in rows if "val/pass_rate" in r][-1]
+        # Eq. 1 curves with the paper's evaluation noise, run to 1.5-6 x Cmid: the half fit lands near the end
+        assert abs(c.end_pred - c.end_true) < 0.05, c.name
+        assert c.A_full == pytest.approx(runs[c.name[:-3]].seeds[int(c.name[-1])].A)
+    saved = json.loads((out / "claims.json").read_text())["forecasts"]
+    assert [f["name"] for f in saved] == [c.name for c in checks]
+    assert "Predictability: each run forecast from its first half" in (out / "report.html").read_text()
 
 
 CHROMIUM = "/usr/bin/chromium"
@@ -79,7 +96,7 @@ def test_replicate_report_renders_in_headless_chromium(replicated, tmp_path):
 
     from matplotlib.image import imread
 
-    out, _, _ = replicated
+    out, _, _, _ = replicated
     png = tmp_path / "shot.png"
     subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                     "--disable-background-networking", "--disable-component-update", "--disable-sync",

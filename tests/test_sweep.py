@@ -10,7 +10,7 @@ import pytest
 from scalerl.curves.synthetic import CurveParams
 from scalerl.errors import UserError
 from scalerl.experiments.spec import grid_runs, load_sweep
-from scalerl.experiments.sweep import DONE, INDEX, run_sequential
+from scalerl.experiments.sweep import DONE, INDEX, run_parallel, run_sequential, threads_per_job
 from scalerl.experiments.synthetic_runs import Killed, SyntheticRunFn
 
 FAST = ["steps=12", "eval.every=3"]
@@ -139,6 +139,28 @@ def test_a_failing_run_is_recorded_and_the_others_still_run(tmp_path):
     records = run_sequential(load_sweep(spec, FAST), out, run_fn=fake, show_progress=False)
     assert [r.status for r in records] == ["done", "failed", "done"]
     assert "KeyError" in records[1].error and "KeyError" in (out / "b" / "sweep_error.log").read_text()
+
+
+def test_parallel_sweep_writes_what_the_sequential_one_does(tmp_path):
+    """--jobs 2: each run in its own process with the cores split between them; the same metrics as one after
+    another, failures recorded, finished runs skipped on a second invocation."""
+    spec = write_spec(tmp_path, "runs: {a: [seed=1], b: [seed=2], c: [seed=3], d: []}\n")
+    fake = SyntheticRunFn({n: CURVE for n in "abc"})  # no curve for d: it fails inside its worker
+    seq = run_sequential(load_sweep(spec, FAST), tmp_path / "seq", run_fn=fake, show_progress=False)
+    par = run_parallel(load_sweep(spec, FAST), tmp_path / "par", 2, run_fn=fake, show_progress=False)
+    assert [(r.name, r.status, r.action) for r in par] == [(r.name, r.status, r.action) for r in seq]
+    assert par[3].status == "failed" and "KeyError" in par[3].error
+    for name in "abc":
+        assert (tmp_path / "par" / name / "metrics.jsonl").read_text() == (tmp_path / "seq" / name / "metrics.jsonl").read_text()
+        assert f"threads: {threads_per_job(2)}" in (tmp_path / "par" / name / "config.yaml").read_text()
+    assert json.loads((tmp_path / "par" / INDEX).read_text())["status"] == "failed"
+    again = run_parallel(load_sweep(spec, FAST), tmp_path / "par", 2, run_fn=fake, show_progress=False)
+    assert [r.action for r in again[:3]] == ["skip"] * 3
+
+
+def test_threads_per_job_splits_the_cores(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert [threads_per_job(j) for j in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
 
 
 def test_real_tiny_sweep_through_the_runner_skips_and_extends(tmp_path):

@@ -10,6 +10,7 @@ import typer
 from scalerl.errors import check_number, check_writable_dir, check_writable_file
 
 SET_HELP = "Override a field in every run: --set steps=20 (repeatable; applied last)."
+JOBS_HELP = "Runs at a time on this machine, each in its own process with cores/jobs torch threads (default 1)."
 
 
 def _print_records(records: list, out: Path) -> None:
@@ -50,16 +51,19 @@ def register(app: typer.Typer) -> None:
         set_: List[str] = typer.Option([], "--set", help=SET_HELP),
         report: Optional[Path] = typer.Option(None, "--report", help="Also write the HTML report here at the end."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+        jobs: int = typer.Option(1, "--jobs", help=JOBS_HELP),
     ) -> None:
-        """Run every run of a spec, one after another; finished runs are skipped, interrupted ones resumed."""
+        """Run every run of a spec (one after another, or --jobs at a time); finished runs are skipped,
+        interrupted ones resumed."""
         from scalerl.experiments.spec import load_sweep
-        from scalerl.experiments.sweep import run_sequential
+        from scalerl.experiments.sweep import run_parallel
 
+        check_number("--jobs", jobs, low=1)
         check_writable_dir(out, "--out")
         if report is not None:
             check_writable_file(report, "--report")
         plan = load_sweep(spec, set_)
-        _finish(run_sequential(plan, out, show_progress=not quiet), out, report, quiet)
+        _finish(run_parallel(plan, out, jobs, show_progress=not quiet), out, report, quiet)
 
     @app.command()
     def loo(
@@ -71,16 +75,18 @@ def register(app: typer.Typer) -> None:
         set_: List[str] = typer.Option([], "--set", help=SET_HELP),
         report: Optional[Path] = typer.Option(None, "--report", help="Report file (default OUT/report.html)."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
+        jobs: int = typer.Option(1, "--jobs", help=JOBS_HELP),
     ) -> None:
         """Leave-one-out ablations (§5.5): the base and each variant on one budget, fit on the first half of
         each run's compute, checked on the second half, ranked by the paper's rules in an HTML report."""
         from scalerl.experiments.loo import loo_sweep
-        from scalerl.experiments.sweep import run_sequential
+        from scalerl.experiments.sweep import run_parallel
 
+        check_number("--jobs", jobs, low=1)
         check_writable_dir(out, "--out")
         check_writable_file(report or out / "report.html", "--report")
         plan = loo_sweep(base, set_, budget_steps, minutes, only)
-        _finish(run_sequential(plan, out, show_progress=not quiet), out, report or out / "report.html", quiet)
+        _finish(run_parallel(plan, out, jobs, show_progress=not quiet), out, report or out / "report.html", quiet)
 
     @app.command("report")
     def report_cmd(

@@ -98,7 +98,7 @@ def print_summary(out: Path, summary: dict) -> None:
     if "mean_abs_err" in check:
         covers = {True: "the half fit's interval on A covers the full run's A",
                   False: "the half fit's interval on A misses the full run's A",
-                  None: "the half fit has not identified A"}[check["covers_full_A"]]
+                  None: "no interval check: the half fit or the full run has not identified A"}[check["covers_full_A"]]
         console.print(
             f"extrapolation check (§2): fitted on the first half of the compute, the curve predicts the second half "
             f"within mean |error| {check['mean_abs_err']:.3f}, max {check['max_abs_err']:.3f} ({check['n']} "

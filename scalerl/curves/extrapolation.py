@@ -31,6 +31,7 @@ class HeldOut:
     end_true: float  # ... and what was measured there
     A_ci: tuple[float | None, float | None] | None = None  # the half fit's interval on A
     identified: bool = False  # whether the half fit identified A
+    A_ci_open: tuple[bool, bool] = (False, False)  # ends of that interval the profile never reached
 
     def covers(self, A: float) -> bool | None:
         """Whether the half fit's interval on A holds ``A``; None when the half fit has no interval or has not
@@ -43,6 +44,7 @@ class HeldOut:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["A_ci"] = list(self.A_ci) if self.A_ci is not None else None
+        out["A_ci_open"] = list(self.A_ci_open)
         return out
 
 
@@ -62,5 +64,5 @@ def half_budget_check(
     return HeldOut(
         fit_until=half.fit_window[1], n=int(half.heldout["n"]), mean_abs_err=half.heldout["mean_abs_err"],
         max_abs_err=half.heldout["max_abs_err"], A=half.A, end_pred=float(half.predict(xa[-1])),
-        end_true=float(ya[-1]), A_ci=half.A_ci, identified=half.identified,
+        end_true=float(ya[-1]), A_ci=half.A_ci, identified=half.identified, A_ci_open=tuple(half.A_ci_open),
     ), None

@@ -88,8 +88,7 @@ class FitResult:
         """``[lo, hi]`` of the interval on A, ``open`` for an end the profile never reached; '' if there is none."""
         if self.A_ci is None or self.A_fixed:
             return ""
-        (lo, hi), (lo_open, hi_open) = self.A_ci, self.A_ci_open
-        return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
+        return format_interval(self.A_ci, self.A_ci_open)
 
     @property
     def heldout_mask(self) -> Array:
@@ -316,6 +315,12 @@ def _interval_on_A(
     iv = uncertainty.profile_interval(p, best, grid, level)
     lo, hi = (v if v is not None else (lim if p.bounded else None) for v, lim in zip((iv.lo, iv.hi), limits))
     return (lo, hi), (iv.lo is None, iv.hi is None), {"kappa": iv.kappa, "phi": iv.phi, "dof": iv.dof}
+
+
+def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, bool] = (False, False)) -> str:
+    """``[lo, hi]``, with ``open`` for an end the profile never reached (never the search's bound as a value)."""
+    (lo, hi), (lo_open, hi_open) = ci, is_open
+    return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
 
 
 def fit_series(series: Series, **kwargs: Any) -> FitResult:

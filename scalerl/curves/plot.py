@@ -3,7 +3,7 @@ linearised form ``log F(R)`` against ``log C`` whose slope is B (§1.3).
 
 Measured points inside the fit window are filled; points excluded from the fit (the early regime) and held-out
 points after the window are hollow. The fitted curve is solid over the window and dashed where it extrapolates;
-the asymptote A is a dotted line with its confidence band, and A, B, Cmid are in the legend. Figures are drawn
+an identified asymptote A is a dotted line, the interval on A a band, and A, B, Cmid are in the legend. Figures are drawn
 on a bare ``matplotlib.figure.Figure`` (Agg canvas, no pyplot state) and written atomically.
 """
 
@@ -83,7 +83,8 @@ def plot_fits(
             if b > a:
                 seg = np.geomspace(a, b, 120)
                 ax.plot(seg, f.predict(seg), color=color, lw=1.4, ls="--")
-        ax.axhline(f.A, color=color, lw=0.8, ls=":")
+        if f.identified:  # an unidentified A is where the search stopped, not a level to draw
+            ax.axhline(f.A, color=color, lw=0.8, ls=":")
         if f.A_ci is not None and not f.A_fixed and None not in f.A_ci:
             ax.axhspan(f.A_ci[0], f.A_ci[1], color=color, alpha=0.10, lw=0)
         for c, r in f.predictions:

@@ -21,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from scalerl import curves
+from scalerl.curves.extrapolation import half_budget_check
 
 MARGIN = 0.02  # §2: runs whose A differ by less than this are tied
 EFFICIENCY = ("PipelineRL is more efficient than PPO-off-policy", "§3.1")
@@ -42,7 +43,7 @@ class Pooled:
         return self.fit.identified and all(f.identified for f in self.seeds)
 
     def A_text(self) -> str:
-        return f"A {self.fit.A:.3f} {self.fit.format_interval()}" + ("" if self.fit.identified else " (not identified)")
+        return f"A {fit_A(self.fit)} {self.fit.format_interval()}" + ("" if self.fit.identified else " (not identified)")
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,65 @@ def pooled_fit(name: str, run_dirs: list[Path]) -> Pooled:
     order = np.argsort(x, kind="stable")
     fit = curves.fit_curve(x[order], y[order], source=name, x_name=curves.DEFAULT_X, y_name=curves.DEFAULT_Y)
     return Pooled(name, fit, [curves.fit_series(s) for s in series])
+
+
+def A_cell(A: float, lo: float | None, identified: bool) -> str:
+    """A for a table: the estimate when identified, else the lower end of its interval as a bound (an unidentified
+    fit's A is where the search stopped, not an estimate)."""
+    return f"{A:.3f}" if identified else f"≥ {lo if lo is not None else 0.0:.3f}"
+
+
+def fit_A(fit: curves.FitResult) -> str:
+    """:func:`A_cell` of a fit."""
+    return A_cell(fit.A, fit.A_ci[0] if fit.A_ci else None, fit.identified)
+
+
+def seeds_A(fits: list[curves.FitResult]) -> str:
+    """Each seed's :func:`fit_A`, comma-separated."""
+    return ", ".join(fit_A(f) for f in fits)
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """One run's half-budget check (§2): the fit on the first half of its compute against what followed."""
+
+    name: str
+    end_pred: float | None  # the half fit's prediction of the last evaluation ...
+    end_true: float  # ... and what was measured there
+    mean_abs_err: float | None  # mean |predicted - observed| over the second half
+    A_full: float  # A fitted on the whole run ...
+    A_full_identified: bool
+    A_full_lo: float | None  # ... and the lower end of its interval
+    half_A_ci: tuple[float | None, float | None] | None  # the half fit's interval on A ...
+    half_A_ci_open: tuple[bool, bool] | None  # ... and its ends the profile never reached
+    covers: bool | None  # whether that interval holds A_full (None: the half or the full fit did not identify A)
+    note: str | None = None  # why there is no half fit
+
+    def row(self) -> list[str]:
+        num = lambda v, f=".3f": "-" if v is None else format(v, f)  # noqa: E731
+        ci = "-" if self.half_A_ci is None else curves.format_interval(self.half_A_ci, self.half_A_ci_open or (False, False))
+        err = None if self.end_pred is None else abs(self.end_pred - self.end_true)
+        covers = {True: "yes", False: "no", None: "not identified"}[self.covers]
+        A = A_cell(self.A_full, self.A_full_lo, self.A_full_identified)
+        return [self.name, num(self.end_pred), num(self.end_true), num(err), num(self.mean_abs_err),
+                A + ("" if self.A_full_identified else " (not identified)"), ci, covers]
+
+
+FORECAST_COLUMNS = ["run", "forecast of the end (from half)", "observed end", "|error|", "mean |error| 2nd half",
+                    "A (full run)", "A interval (from half)", "covers full A"]
+
+
+def forecast_check(name: str, run_dir: Path) -> Forecast:
+    """The half-budget forecast of ``run_dir``'s final pass rate and whether the half's A interval covered the
+    full run's A (the paper's extrapolation check, §2)."""
+    s = curves.load_series(run_dir, curves.DEFAULT_X, curves.DEFAULT_Y)
+    full = curves.fit_series(s)
+    lo = full.A_ci[0] if full.A_ci is not None else None
+    check, note = half_budget_check(s.x, s.y, s.source)
+    if check is None:
+        return Forecast(name, None, float(s.y[-1]), None, full.A, full.identified, lo, None, None, None, note)
+    return Forecast(name, check.end_pred, check.end_true, check.mean_abs_err, full.A, full.identified, lo,
+                    check.A_ci, check.A_ci_open, check.covers(full.A) if full.identified else None)
 
 
 def _cmid_at(a: curves.FitResult, b: curves.FitResult) -> tuple[float, float, float, float]:
@@ -104,10 +164,10 @@ def higher_A_claim(candidates: list[Pooled], dapo: Pooled) -> Claim:
     verdicts = [_A_verdict(c, dapo) for c in candidates]
     verdict: Verdict = "yes" if all(v == "yes" for v in verdicts) else "no" if "no" in verdicts else "inconclusive"
     numbers = "; ".join(
-        f"{c.name} {c.A_text()} (seeds {', '.join(f'{f.A:.3f}' for f in c.seeds)}): {v}"
+        f"{c.name} {c.A_text()} (seeds {seeds_A(c.seeds)}): {v}"
         for c, v in zip(candidates, verdicts)
     )
-    numbers += f"; {dapo.name} {dapo.A_text()} (seeds {', '.join(f'{f.A:.3f}' for f in dapo.seeds)})"
+    numbers += f"; {dapo.name} {dapo.A_text()} (seeds {seeds_A(dapo.seeds)})"
     return Claim(*HIGHER_A, verdict, numbers)
 
 
@@ -138,15 +198,15 @@ def loo_claim(base: Pooled, variants: list[Pooled]) -> Claim:
     return Claim(*LOO_B_NOT_A, verdict, numbers)
 
 
-def claims_html(recipes: list[Pooled], claims: list[Claim]) -> str:
-    """The pooled fits per recipe and the claims table, as HTML for the report."""
+def claims_html(recipes: list[Pooled], claims: list[Claim], forecasts: list[Forecast] = ()) -> str:
+    """The pooled fits per recipe, the claims table and the per-run forecast checks, as HTML for the report."""
     from scalerl.experiments.report import _esc, _table
 
     fits = _table(
         ["recipe", "seeds", "A (pooled)", "A interval", "identified", "B", "Cmid", "A per seed"],
-        [([_esc(r.name), str(len(r.seeds)), f"{r.fit.A:.3f}", _esc(r.fit.format_interval()),
+        [([_esc(r.name), str(len(r.seeds)), _esc(fit_A(r.fit)), _esc(r.fit.format_interval()),
            "yes" if r.fit.identified else "no", f"{r.fit.B:.2f}", f"{r.fit.Cmid:.3g}",
-           ", ".join(f"{f.A:.3f}" for f in r.seeds)], "") for r in recipes],
+           _esc(seeds_A(r.seeds))], "") for r in recipes],
     )
     table = _table(
         ["paper claim", "§", "reproduced at this scale", "numbers"],
@@ -154,10 +214,15 @@ def claims_html(recipes: list[Pooled], claims: list[Claim]) -> str:
          for c in claims],
         text=(0, 1, 2, 3),
     )
+    checks = _table(FORECAST_COLUMNS, [([_esc(c) for c in f.row()], "") for f in forecasts], text=(0, 7))
     return (
         "<h2>Recipes, seeds pooled</h2>" + fits
         + '<p class="note">One Eq. 1 fit per recipe over every evaluation of its seeds (§2).</p>'
         + "<h2>Paper claims at this scale</h2>" + table
         + '<p class="note">A direction counts only when the fits are identified and every seed agrees; differences'
         f" in A only beyond ±{MARGIN:g} (§2). Otherwise: inconclusive.</p>"
+        + ("<h2>Predictability: each run forecast from its first half</h2>" + checks
+           + '<p class="note">Eq. 1 fitted on the first half of each run\'s compute, its prediction of the last '
+           "evaluation against the measured one, and whether that fit's 95% interval on A held the full run's A (§2)."
+           "</p>" if forecasts else "")
     )

@@ -108,7 +108,8 @@ def breakdown_figure(runs: dict[str, Any]) -> Any:
             if fit is not None:
                 xs = np.geomspace(float(s.x[pos].min()), float(s.x.max()) * 2, 100)
                 ax.plot(xs, fit.predict(xs), "-", color=c, lw=1.2)
-                ax.axhline(fit.A, color=c, ls=":", lw=0.8)
+                if fit.identified:  # an unidentified A is the search's bound, not a level to draw
+                    ax.axhline(fit.A, color=c, ls=":", lw=0.8)
         ax.set_title(f"domain: {domain}", fontsize=10)
     ax = axes.flat[-1]
     for i, (name, (overall, b)) in enumerate(runs.items()):

@@ -137,7 +137,7 @@ def _domains_section(a: Analysis, figure: str) -> str:
 {img}
 {_domains_table(a.runs)}
 <p class="note">§5: trained on a mixture, each domain follows its own sigmoid (one fit per domain, dotted line at
-its A); a single-domain run is shown under its task. Downstream sets are held out by construction and harder than
+its A once identified); a single-domain run is shown under its task. Downstream sets are held out by construction and harder than
 the training distribution; they are logged at the same evaluation steps as validation.</p>"""
 
 

@@ -7,15 +7,18 @@ skipped; a finished run whose budget was raised in the spec is resumed to extend
 run whose config differs in more than the runner lets a resumed run change (``RESUMABLE_FIELDS``: budget, backend,
 threads, ...) is a UserError before anything runs.
 
-The loop is :func:`run_sequential`; :func:`run_one` carries everything one run needs, so a parallel backend
-(e.g. Ray) can map ``run_one`` over the plan instead.
+The loop is :func:`run_sequential`, or :func:`run_parallel` for several runs at a time on one machine (``--jobs``);
+:func:`run_one` carries everything one run needs, so any executor can map it over the plan.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
 import time
 import traceback
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -149,6 +152,26 @@ def write_index(out: Path, sweep: Sweep, records: list[RunRecord]) -> None:
     })
 
 
+def _plan_records(sweep: Sweep, out: Path) -> tuple[dict[str, RunConfig], list[RunRecord]]:
+    """Every run's config and record, each run directory checked before anything runs; ``sweep.json`` written."""
+    configs = sweep.configs()
+    records = [RunRecord(r.name, str(out / r.name), list(r.overrides)) for r in sweep.runs]
+    for rec in records:
+        rec.action = plan_action(configs[rec.name], Path(rec.dir))
+        if rec.action == "skip":
+            rec.status = "done"
+    out.mkdir(parents=True, exist_ok=True)
+    write_index(out, sweep, records)
+    return configs, records
+
+
+def _report(console: Console, i: int, n: int, rec: RunRecord) -> None:
+    if rec.status == "failed":
+        console.print(f"[red][{i}/{n}] {rec.name} failed: {rec.error}[/red]")
+    else:
+        console.print(f"[green][{i}/{n}] {rec.name}: done ({rec.action}, {rec.seconds:.0f} s)[/green]")
+
+
 def run_sequential(
     sweep: Sweep, out: str | Path, run_fn: RunFn | None = None, show_progress: bool = True,
     console: Console | None = None,
@@ -158,14 +181,7 @@ def run_sequential(
     out = Path(out)
     run_fn = run_fn or train_run
     console = console or Console(stderr=True, quiet=not show_progress)
-    configs = sweep.configs()
-    records = [RunRecord(r.name, str(out / r.name), list(r.overrides)) for r in sweep.runs]
-    for rec in records:  # checks every existing run directory before anything runs
-        rec.action = plan_action(configs[rec.name], Path(rec.dir))
-        if rec.action == "skip":
-            rec.status = "done"
-    out.mkdir(parents=True, exist_ok=True)
-    write_index(out, sweep, records)
+    configs, records = _plan_records(sweep, out)
     n = len(records)
     for i, (run, rec) in enumerate(zip(sweep.runs, records), 1):
         if rec.action == "skip":
@@ -181,9 +197,66 @@ def run_sequential(
             write_index(out, sweep, records)
             raise
         write_index(out, sweep, records)
-        if rec.status == "failed":
-            console.print(f"[red][{i}/{n}] {run.name} failed: {rec.error}[/red]")
-        else:
-            console.print(f"[green][{i}/{n}] {run.name}: done ({rec.action}, {rec.seconds:.0f} s)[/green]")
+        _report(console, i, n, rec)
     return records
 
+
+def threads_per_job(jobs: int) -> int:
+    """Torch threads for each of ``jobs`` runs sharing this machine's cores."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
+def _run_in_child(run: PlannedRun, cfg: RunConfig, out: Path, run_fn: RunFn) -> RunRecord:
+    """:func:`run_one` in a worker process, without a progress display (several would interleave)."""
+    return run_one(run, cfg, out, run_fn, False)
+
+
+def run_parallel(
+    sweep: Sweep, out: str | Path, jobs: int, run_fn: RunFn | None = None, show_progress: bool = True,
+    console: Console | None = None,
+) -> list[RunRecord]:
+    """Like :func:`run_sequential`, ``jobs`` runs at a time, each in its own process (spawned, so a run may start
+    its own generator processes). A run whose config leaves ``threads`` unset gets the machine's cores divided
+    by ``jobs``, so that the runs do not oversubscribe the cores. ``run_fn`` must be picklable (a module-level
+    function or an instance of a module-level class). Ctrl-C stops the pool: the running runs are interrupted
+    (resumed next time), pending ones stay pending."""
+    if jobs <= 1:
+        return run_sequential(sweep, out, run_fn, show_progress, console)
+    out = Path(out)
+    run_fn = run_fn or train_run
+    console = console or Console(stderr=True, quiet=not show_progress)
+    configs, records = _plan_records(sweep, out)
+    n, threads = len(records), threads_per_job(jobs)
+    index = {rec.name: i for i, rec in enumerate(records)}
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        futures = {}
+        for run, rec in zip(sweep.runs, records):
+            if rec.action == "skip":
+                console.print(f"[dim][{index[rec.name] + 1}/{n}] {run.name}: finished, skipped[/dim]")
+                continue
+            cfg = configs[run.name]
+            if cfg.threads is None:
+                cfg = cfg.model_copy(update={"threads": threads})
+            futures[pool.submit(_run_in_child, run, cfg, out, run_fn)] = rec  # pending until it finishes
+        write_index(out, sweep, records)
+        console.print(f"{len(futures)} run(s), {jobs} at a time, {threads} thread(s) each")
+        try:
+            for future in as_completed(futures):
+                rec = futures[future]
+                try:
+                    done = future.result()
+                except Exception as exc:  # noqa: BLE001 - e.g. a worker killed from outside
+                    rec.status, rec.error = "failed", " ".join(f"{type(exc).__name__}: {exc}".split())
+                else:
+                    records[index[rec.name]] = rec = done
+                write_index(out, sweep, records)
+                _report(console, index[rec.name] + 1, n, rec)
+        except BaseException:
+            for future, rec in futures.items():
+                if not future.done() and not future.cancel():
+                    rec.status = "interrupted"  # it had started; a cancelled one never did and stays pending
+            write_index(out, sweep, records)
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+    return records

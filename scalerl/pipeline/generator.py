@@ -23,7 +23,7 @@ class GeneratorWorker:
         self.cfg = cfg
         self.task = task if task is not None else build_task(cfg.task)
         self.problems = {p.id: p for p in self.task.train_problems()}
-        bundle = build_model(cfg.model, cfg.seed)
+        bundle = build_model(cfg.model, cfg.base_seed)
         self.tokenizer = bundle.tokenizer
         self.encode = prompt_encoder(bundle)
         self.engine = build_engine(cfg, bundle)

@@ -209,7 +209,7 @@ def follow() -> None:
 
 def _follow(commands: fsdp.Commands, device: torch.device, cfg: RunConfig, resume: bool) -> None:
     _, _, schedule = setup_rank(cfg, torch.distributed.get_world_size())
-    model = build_model(cfg.model, cfg.seed).model.to(device)
+    model = build_model(cfg.model, cfg.base_seed).model.to(device)
     trainer = sharded_trainer(model, cfg, schedule, {}, {} if resume else None)
     actions = {
         "step": lambda: trainer.step(fsdp.broadcast_batch(None, device)),

@@ -118,7 +118,7 @@ def _run(
     threads, gen_threads, schedule = setup_rank(cfg, ranks.world)
     task = build_task(cfg.task)
     downstream = build_downstream(cfg, task)
-    bundle = build_model(cfg.model, cfg.seed)
+    bundle = build_model(cfg.model, cfg.base_seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
     check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
                   [p for _, problems in downstream.values() for p in problems])
@@ -130,7 +130,7 @@ def _run(
 
         # nothing else of this run is running yet (no generator process): the warm-up may use this rank's cores
         torch.set_num_threads(cfg.threads or max(threads, (os.cpu_count() or 1) // ranks.world))
-        warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.seed)
+        warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.base_seed)
         torch.set_num_threads(threads)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
