@@ -41,8 +41,9 @@ from scalerl.curves.compare import compare_fits
 from scalerl.errors import UserError
 from scalerl.experiments.claims import (
     EFFICIENCY, FORECAST_COLUMNS, HIGHER_A, LOO_B_NOT_A, Claim, Forecast, Pooled, claims_html, efficiency_claim,
-    fit_A, forecast_check, higher_A_claim, loo_claim, pooled_fit, seeds_A,
+    forecast_check, higher_A_claim, loo_claim, pooled_fit, seeds_A,
 )
+from scalerl.experiments.analysis import Analysis
 from scalerl.experiments.loo import budget_overrides, loo_sweep
 from scalerl.experiments.report import write_report
 from scalerl.experiments.spec import PlannedRun, Sweep
@@ -93,17 +94,6 @@ def check(
     return claim(*args)
 
 
-def forecasts(root: Path, names: list[str]) -> list[Forecast]:
-    """Every run's half-budget forecast check; a run that cannot be fitted is left out with a warning."""
-    out = []
-    for name in names:
-        try:
-            out.append(forecast_check(name, root / name))
-        except (FitError, UserError) as exc:
-            print(f"warning: {name} not checked: {' '.join(str(exc).split())}")
-    return out
-
-
 def replicate(
     out: Path, seeds: list[int], budget: list[str], sets: list[str], run_fn: RunFn | None = None, jobs: int = 1,
 ) -> tuple[dict[str, Pooled], list[Claim], list[Forecast]]:
@@ -111,9 +101,7 @@ def replicate(
     the per-run forecast checks. ``run_fn`` replaces the real training (tests)."""
     sweep = plan(seeds, budget, sets)
     run_parallel(sweep, out, jobs, run_fn=run_fn, show_progress=True)
-    names = [r.name for r in sweep.runs]
-    runs = pooled(out, names)
-    checks = forecasts(out, names)
+    runs = pooled(out, [r.name for r in sweep.runs])
     variants = sorted({re.sub(r"-s\d+$", "", r.name) for r in sweep.runs if r.name.startswith("loo-")})
     claims = [
         check(EFFICIENCY, efficiency_claim, runs, "magistral", "dapo_qwen"),
@@ -121,7 +109,14 @@ def replicate(
         check(LOO_B_NOT_A, loo_claim, runs, "scalerl", variants),
     ]
     recipes = list(runs.values())
-    write_report(out, out / "report.html", quiet=True, extra=lambda a: claims_html(recipes, claims, checks))
+    checks: list[Forecast] = []
+
+    def extra(analysis: Analysis) -> str:
+        """The claims on top of the report, with each run's forecast check from the report's own fits."""
+        checks.extend(forecast_check(r) for r in analysis.runs)
+        return claims_html(recipes, claims, checks)
+
+    write_report(out, out / "report.html", quiet=True, extra=extra)
     by_id = {id(r.fit): r.name for r in recipes}
     ranking = compare_fits([r.fit for r in recipes]) if recipes else None
     write_json(out / "claims.json", {
@@ -152,7 +147,7 @@ def main() -> None:
     recipes = list(runs.values())
     print(f"{'recipe (seeds pooled)':<22}{'A':>8}{'A interval':>18}{'ident.':>8}{'B':>7}{'Cmid':>9}  A per seed")
     for r in recipes:
-        print(f"{r.name:<22}{fit_A(r.fit):>8}{r.fit.format_interval():>18}{str(r.fit.identified):>8}{r.fit.B:>7.2f}"
+        print(f"{r.name:<22}{r.fit.format_A():>8}{r.fit.format_interval():>18}{str(r.fit.identified):>8}{r.fit.B:>7.2f}"
               f"{r.fit.Cmid:>9.3g}  {seeds_A(r.seeds)}")
     print("ranking (A first; within ±0.02, the higher B at the common A):")
     for item in json.loads((args.out / "claims.json").read_text())["ranking"]:

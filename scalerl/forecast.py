@@ -126,9 +126,7 @@ class Forecaster:
         if fit is None:
             return {"fit": None, "points": len(self.x)}
         check, note = half_budget_check(self.x, self.y, source, fit_from=self.cfg.fit_from)
-        # covering an A the full run has not identified (the search's bound) would say nothing
-        covers = check.covers(fit.A) if check and fit.identified else None
-        extrapolation = {**check.to_json(), "covers_full_A": covers} if check else {"note": note}
+        extrapolation = {**check.to_json(), "covers_full_A": check.covers_fit(fit)} if check else {"note": note}
         per_domain = {d: f._fit(ci=True, source=source) for d, f in self.domains.items()}
         fits = [(self.y_name, fit)] + [(d, f) for d, f in per_domain.items() if f is not None]
         write_json(Path(run_dir) / "fit.json", {"fits": [f.to_json() for _, f in fits], "extrapolation": extrapolation})

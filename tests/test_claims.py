@@ -66,7 +66,11 @@ def test_loo_claim_yes_when_A_holds_and_B_moves_no_when_A_moves_and_B_does_not(t
 
 def test_forecast_check_scores_the_half_fit_and_checks_A_only_when_both_fits_identify_it(tmp_path):
     from scalerl.curves.sigmoid import sigmoid as curve
-    from scalerl.experiments.claims import forecast_check
+    from scalerl.experiments.analysis import analyse_run
+    from scalerl.experiments.claims import forecast_check as check_run
+
+    def forecast_check(name, run_dir):  # the check reads the report's analysis of the run
+        return check_run(analyse_run(run_dir, name))
 
     # well past Cmid: both the half and the full fit identify A, and the half predicts the end closely
     done = forecast_check("done", write_run(tmp_path / "done", A=0.7, B=3.0, Cmid=0.8, noise=0.002))

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from scalerl.curves.fit import fit_curve
+from scalerl.curves.fit import FitResult, fit_curve
 from scalerl.curves.series import FitError
 
 HALF = 0.5  # the fraction of the compute fitted (8k of 16k GPU-h in §5.5)
@@ -40,6 +40,11 @@ class HeldOut:
             return None
         lo, hi = self.A_ci
         return bool(lo <= A <= hi)
+
+    def covers_fit(self, full: FitResult) -> bool | None:
+        """:meth:`covers` for the full run's fit; None too when that fit has not identified A (its A is then
+        where the search stopped, and covering it says nothing)."""
+        return self.covers(full.A) if full.identified else None
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

@@ -90,6 +90,10 @@ class FitResult:
             return ""
         return format_interval(self.A_ci, self.A_ci_open)
 
+    def format_A(self) -> str:
+        """:func:`format_A` of this fit."""
+        return format_A(self.A, self.A_ci[0] if self.A_ci else None, self.identified)
+
     @property
     def heldout_mask(self) -> Array:
         return self.x > self.fit_window[1]
@@ -321,6 +325,12 @@ def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, 
     """``[lo, hi]``, with ``open`` for an end the profile never reached (never the search's bound as a value)."""
     (lo, hi), (lo_open, hi_open) = ci, is_open
     return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
+
+
+def format_A(A: float, lo: float | None, identified: bool) -> str:
+    """A for a table: the estimate when identified, else the lower end of its interval as a bound (an unidentified
+    fit's A is where the search stopped, not an estimate)."""
+    return f"{A:.3f}" if identified else f"≥ {lo if lo is not None else 0.0:.3f}"
 
 
 def fit_series(series: Series, **kwargs: Any) -> FitResult:

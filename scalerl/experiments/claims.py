@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from scalerl import curves
-from scalerl.curves.extrapolation import half_budget_check
+
+if TYPE_CHECKING:
+    from scalerl.experiments.analysis import RunAnalysis
 
 MARGIN = 0.02  # §2: runs whose A differ by less than this are tied
 EFFICIENCY = ("PipelineRL is more efficient than PPO-off-policy", "§3.1")
@@ -43,7 +45,7 @@ class Pooled:
         return self.fit.identified and all(f.identified for f in self.seeds)
 
     def A_text(self) -> str:
-        return f"A {fit_A(self.fit)} {self.fit.format_interval()}" + ("" if self.fit.identified else " (not identified)")
+        return f"A {self.fit.format_A()} {self.fit.format_interval()}" + ("" if self.fit.identified else " (not identified)")
 
 
 @dataclass(frozen=True)
@@ -64,20 +66,9 @@ def pooled_fit(name: str, run_dirs: list[Path]) -> Pooled:
     return Pooled(name, fit, [curves.fit_series(s) for s in series])
 
 
-def A_cell(A: float, lo: float | None, identified: bool) -> str:
-    """A for a table: the estimate when identified, else the lower end of its interval as a bound (an unidentified
-    fit's A is where the search stopped, not an estimate)."""
-    return f"{A:.3f}" if identified else f"≥ {lo if lo is not None else 0.0:.3f}"
-
-
-def fit_A(fit: curves.FitResult) -> str:
-    """:func:`A_cell` of a fit."""
-    return A_cell(fit.A, fit.A_ci[0] if fit.A_ci else None, fit.identified)
-
-
 def seeds_A(fits: list[curves.FitResult]) -> str:
-    """Each seed's :func:`fit_A`, comma-separated."""
-    return ", ".join(fit_A(f) for f in fits)
+    """Each seed's A (:meth:`~scalerl.curves.FitResult.format_A`), comma-separated."""
+    return ", ".join(f.format_A() for f in fits)
 
 
 @dataclass(frozen=True)
@@ -101,7 +92,7 @@ class Forecast:
         ci = "-" if self.half_A_ci is None else curves.format_interval(self.half_A_ci, self.half_A_ci_open or (False, False))
         err = None if self.end_pred is None else abs(self.end_pred - self.end_true)
         covers = {True: "yes", False: "no", None: "not identified"}[self.covers]
-        A = A_cell(self.A_full, self.A_full_lo, self.A_full_identified)
+        A = curves.format_A(self.A_full, self.A_full_lo, self.A_full_identified)
         return [self.name, num(self.end_pred), num(self.end_true), num(err), num(self.mean_abs_err),
                 A + ("" if self.A_full_identified else " (not identified)"), ci, covers]
 
@@ -110,17 +101,16 @@ FORECAST_COLUMNS = ["run", "forecast of the end (from half)", "observed end", "|
                     "A (full run)", "A interval (from half)", "covers full A"]
 
 
-def forecast_check(name: str, run_dir: Path) -> Forecast:
-    """The half-budget forecast of ``run_dir``'s final pass rate and whether the half's A interval covered the
-    full run's A (the paper's extrapolation check, §2)."""
-    s = curves.load_series(run_dir, curves.DEFAULT_X, curves.DEFAULT_Y)
-    full = curves.fit_series(s)
+def forecast_check(run: RunAnalysis) -> Forecast:
+    """The half-budget forecast of a run's final pass rate and whether the half's A interval covered the full
+    run's A (the paper's extrapolation check, §2), from the report's analysis of the run (no second fit)."""
+    full, check = run.fit, run.heldout
     lo = full.A_ci[0] if full.A_ci is not None else None
-    check, note = half_budget_check(s.x, s.y, s.source)
     if check is None:
-        return Forecast(name, None, float(s.y[-1]), None, full.A, full.identified, lo, None, None, None, note)
-    return Forecast(name, check.end_pred, check.end_true, check.mean_abs_err, full.A, full.identified, lo,
-                    check.A_ci, check.A_ci_open, check.covers(full.A) if full.identified else None)
+        return Forecast(run.name, None, float(full.y[-1]), None, full.A, full.identified, lo, None, None, None,
+                        run.heldout_note)
+    return Forecast(run.name, check.end_pred, check.end_true, check.mean_abs_err, full.A, full.identified, lo,
+                    check.A_ci, check.A_ci_open, check.covers_fit(full))
 
 
 def _cmid_at(a: curves.FitResult, b: curves.FitResult) -> tuple[float, float, float, float]:
@@ -204,7 +194,7 @@ def claims_html(recipes: list[Pooled], claims: list[Claim], forecasts: list[Fore
 
     fits = _table(
         ["recipe", "seeds", "A (pooled)", "A interval", "identified", "B", "Cmid", "A per seed"],
-        [([_esc(r.name), str(len(r.seeds)), _esc(fit_A(r.fit)), _esc(r.fit.format_interval()),
+        [([_esc(r.name), str(len(r.seeds)), _esc(r.fit.format_A()), _esc(r.fit.format_interval()),
            "yes" if r.fit.identified else "no", f"{r.fit.B:.2f}", f"{r.fit.Cmid:.3g}",
            _esc(seeds_A(r.seeds))], "") for r in recipes],
     )

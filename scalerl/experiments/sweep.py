@@ -206,11 +206,6 @@ def threads_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
-def _run_in_child(run: PlannedRun, cfg: RunConfig, out: Path, run_fn: RunFn) -> RunRecord:
-    """:func:`run_one` in a worker process, without a progress display (several would interleave)."""
-    return run_one(run, cfg, out, run_fn, False)
-
-
 def run_parallel(
     sweep: Sweep, out: str | Path, jobs: int, run_fn: RunFn | None = None, show_progress: bool = True,
     console: Console | None = None,
@@ -238,7 +233,8 @@ def run_parallel(
             cfg = configs[run.name]
             if cfg.threads is None:
                 cfg = cfg.model_copy(update={"threads": threads})
-            futures[pool.submit(_run_in_child, run, cfg, out, run_fn)] = rec  # pending until it finishes
+            # no progress display in a worker (several would interleave); pending until it finishes
+            futures[pool.submit(run_one, run, cfg, out, run_fn, False)] = rec
         write_index(out, sweep, records)
         console.print(f"{len(futures)} run(s), {jobs} at a time, {threads} thread(s) each")
         try:
