@@ -14,14 +14,15 @@ go into one sweep directory (resumable: a finished run is skipped), named ``<rec
   ``claims.json``.
 
 Every run trains for the same wall-clock minutes on one core (``backend=inline``, one torch thread), two runs at
-a time on a 2-core machine (``--jobs``): one core each, so neither slows the other (a 20-step run took 50.2 s alone
-and 50.0 s beside another, docs/RESULTS.md), and equal minutes are equal device-hours, the paper's compute. The
+a time on a 2-core machine (``--jobs``): one core each, so a run beside another keeps 0.99x [0.84-1.00] of its rate
+alone, and the pair makes 1.36x the RL steps per second of one inline run on both cores and 1.14x one local-backend
+run (``bench/parallel_runs.py``, docs/RESULTS.md); equal minutes are then about equal device-hours. The
 seeds share one base model (``model.seed=0``: the same initial weights and warm-up), as the paper's seeds do; they
 differ in the RL run. Evaluation takes 4 samples of each of the 256 validation prompts (standard error ~0.011 per
 evaluation; a recipe's fit pools its seeds).
 
     python3 bench/replicate.py --quick                         # smoke test: micro model, a minute or two
-    python3 bench/replicate.py --out runs/replicate            # 28 runs, ~60 min on 2 cores: docs/experiments.md
+    python3 bench/replicate.py --minutes 5 --set eval.every=8 --out runs/replicate   # 28 runs, 72.5 min on 2 cores
 """
 
 from __future__ import annotations
