@@ -18,6 +18,11 @@ own methods on the trainer instance (nothing in TRL is changed or slowed):
 Seconds per step, mean over the steps after ``--warmup-steps``, median over interleaved rounds
 (``bench/rounds.py``; busy-machine rounds flagged loudly).
 
+**The matmul floor.** Below the table, the step's matrix-multiply work (``compute/flops`` of the run's metrics:
+2·P per token generated, each group's prompt once, 6·P per token trained) divided by this machine's GEMM rate on
+the model's own weight shapes at the same thread count (measured here, after the rounds): the seconds a step
+cannot go below without doing fewer FLOPs, and so the largest ratio to TRL that engineering alone could reach.
+
     python bench/profile_step.py [--steps 6] [--rounds 3] [--threads N] [--backend inline] [--set key=value ...]
 """
 
@@ -35,6 +40,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py, bench/rl_vs_trl.py
 import rl_vs_trl  # noqa: E402
 import rounds  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from scalerl.build import build_task  # noqa: E402
@@ -54,7 +61,30 @@ def scalerl_profile(cfg: Any, warmup_steps: int) -> dict[str, float]:
     timed = lines[warmup_steps:]
     n = len(timed)
     phases = {p: sum(r.get(f"timing/{p}_s", 0.0) for r in timed) / n for p in PHASES}
-    return {**phases, "step": (walls[-1] - walls[warmup_steps - 1]) / n}
+    flops = (lines[-1]["compute/flops"] - lines[warmup_steps - 1]["compute/flops"]) / n
+    return {**phases, "step": (walls[-1] - walls[warmup_steps - 1]) / n, "flops": flops}
+
+
+def gemm_rate(model: torch.nn.Module, threads: int, rows: int = 4096, seconds: float = 0.5) -> float:
+    """FLOP/s of ``F.linear`` on ``rows`` tokens through each 2-D weight of ``model`` (its own shapes: the
+    projections, the MLP and the tied head), at ``threads`` threads, weighted by each shape's FLOPs."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        flops = spent = 0.0
+        with torch.no_grad():
+            for w in {tuple(p.shape): p for p in model.parameters() if p.dim() == 2}.values():
+                x = torch.randn(rows, w.shape[1])
+                F.linear(x, w)  # first call: allocation, kernel choice
+                reps, t0 = 0, time.perf_counter()
+                while time.perf_counter() - t0 < seconds:
+                    F.linear(x, w)
+                    reps += 1
+                spent += time.perf_counter() - t0
+                flops += 2.0 * rows * w.shape[0] * w.shape[1] * reps
+        return flops / spent
+    finally:
+        torch.set_num_threads(previous)
 
 
 class TRLClock:
@@ -161,6 +191,15 @@ def main() -> None:
     if args.backend == "local":
         rounds.console.print("local: generate/grade/collate run in the generator process, beside the trainer's "
                              "phases; 'other' is then negative by the overlap")
+    rate = gemm_rate(rl_vs_trl.warmed_policy(cfg, build_task(cfg.task)), args.threads)
+    flops = statistics.median(r.values["flops"] for r in res.side(names[0]))
+    floor, scalerl_step, trl_step = flops / rate, med[names[0]]["step"], med[names[1]]["step"]
+    rounds.console.print(
+        f"matmul floor: {flops / 1e9:.1f} GFLOP per scalerl step (compute/flops) at this machine's GEMM rate on "
+        f"the model's weight shapes, {rate / 1e9:.1f} GFLOP/s at {args.threads} threads, = {floor:.3f} s "
+        f"({floor / scalerl_step:.0%} of the step). TRL step / scalerl step = {trl_step / scalerl_step:.2f}x; "
+        f"TRL step / this floor = {trl_step / floor:.2f}x, the most any change short of fewer FLOPs could reach"
+    )
     rounds.warn_if_busy(res)
 
 

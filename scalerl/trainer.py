@@ -142,9 +142,12 @@ class Trainer:
         """Entropy (no gradient), log-probs of the taken tokens (FP32 head, §3.3), both [N, T-1], and the
         registry's per-token loss (§3.2) for the sequences of ``b`` with advantages ``adv``.
 
-        The forward runs over length buckets of the batch, each trimmed to its longest sequence (right
-        padding never changes a causal model's real tokens), and the pieces go back to the batch's row order
-        and width: the same values and gradients as one forward over the padded batch, on far fewer tokens."""
+        The forward runs over buckets of the batch, each trimmed to its longest sequence (right padding never
+        changes a causal model's real tokens), and the pieces go back to the batch's row order and width: the
+        same values and gradients as one forward over the padded batch, on far fewer tokens. A model with a
+        shared-prefix forward (``forward_prefixed``, the built-in one) gets buckets of whole groups and runs
+        each group's prompt once for its G samples (they share it); other models, and several ranks, get
+        buckets of rows of similar length and the plain forward."""
         autocast = (
             torch.autocast(device_type=b.input_ids.device.type, dtype=torch.bfloat16)
             if self.optim.bf16_autocast
@@ -153,14 +156,32 @@ class Trainer:
         width = b.input_ids.shape[1]
         lengths = b.attention_mask.sum(dim=1)
         logp_parts, entropy_parts, order = [], [], []
-        # over several ranks every rank must run the same number of forwards (FSDP gathers in each): one
-        for rows in b.length_buckets(ROWS_PER_BUCKET if self.split is None else b.n):
-            w = min(width, max(2, int(lengths[rows].max())))
-            ids = b.input_ids[rows, :w]
+        # a model with a shared-prefix forward runs each group's prompt once (not over several ranks: FSDP
+        # gathers weights in the model's forward only)
+        prefixed = getattr(self.model, "forward_prefixed", None) if self.split is None else None
+        buckets = b.group_buckets(ROWS_PER_BUCKET) if prefixed else None
+        splits = [b.split_prompts(rows) for rows in buckets] if buckets else []
+        if not splits or any(sp is None for sp in splits):
+            # over several ranks every rank must run the same number of forwards (FSDP gathers in each): one
+            buckets = b.length_buckets(ROWS_PER_BUCKET if self.split is None else b.n)
+            splits = [None] * len(buckets)
+        for rows, sp in zip(buckets, splits):
             with autocast:
-                logits = self.model(ids[:, :-1], b.attention_mask[rows, : w - 1])
-            logp_parts.append(F.pad(token_logprobs(logits, ids[:, 1:]).float(), (0, width - w)))
-            entropy_parts.append(F.pad(_token_entropy(logits.detach()), (0, width - w)))
+                if sp is None:
+                    w = min(width, max(2, int(lengths[rows].max())))
+                    targets = b.input_ids[rows, 1:w]
+                    logits = self.model(b.input_ids[rows, : w - 1], b.attention_mask[rows, : w - 1])
+                else:
+                    last, cont = prefixed(sp.prompt_ids, sp.prompt_mask, sp.completions, sp.prompt_index)
+                    # completion token j is predicted at the prompt's last token (j = 0) or at completion j - 1
+                    targets, logits = sp.completions, torch.cat((last[sp.prompt_index, None], cont[:, :-1]), dim=1)
+            logp, ent = token_logprobs(logits, targets).float(), _token_entropy(logits.detach())
+            if sp is None:
+                logp_parts.append(F.pad(logp, (0, width - 1 - logp.shape[1])))
+                entropy_parts.append(F.pad(ent, (0, width - 1 - ent.shape[1])))
+            else:  # back to the batch's layout: completion token j of a row sits at column start + j - 1
+                logp_parts.append(_to_rows(logp, sp.starts, b.completion_lengths[rows], width - 1))
+                entropy_parts.append(_to_rows(ent, sp.starts, b.completion_lengths[rows], width - 1))
             order.append(rows)
         inverse = torch.argsort(torch.cat(order))
         logp, entropy = torch.cat(logp_parts)[inverse], torch.cat(entropy_parts)[inverse]
@@ -251,6 +272,16 @@ def _restore(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, snap:
             optimizer.state[p] = state[id(p)]
         else:
             optimizer.state.pop(p, None)  # the first update created the state; none before it
+
+def _to_rows(values: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """values [n, C] of completion tokens (token j of row i at [i, j], real for j < lengths[i]) placed at the
+    batch layout's columns [n, width]: token j of a completion starting at ``starts[i]`` is predicted at column
+    starts[i] + j - 1; every other column is 0."""
+    j = torch.arange(values.shape[1], device=values.device)
+    real = j < lengths[:, None]
+    cols = (starts[:, None] - 1 + j).clamp(0, width - 1)
+    return values.new_zeros(values.shape[0], width).scatter_add(1, cols, torch.where(real, values, 0.0))
+
 
 def _token_entropy(logits: torch.Tensor) -> torch.Tensor:
     """Policy entropy [N, T] at every position (paper A.12 tracks it; not a predictor)."""

@@ -56,6 +56,22 @@ def test_fit_table_paper_method_and_default_predictions(tmp_path, capsys):
     assert [p["x"] for p in json.loads(out)["fits"][0]["predictions"]] == [16000.0, 32000.0]  # end, 2× end
 
 
+def test_fit_and_compare_tables_show_an_unidentified_A_as_a_bound(tmp_path, capsys):
+    """A curve cut before Cmid: the fit table and the compare table print ``≥ lo`` for A, never the search's
+    bound as a value; the identified curve beside it keeps its estimate."""
+    full, early = _csv(tmp_path / "full.csv"), tmp_path / "early.csv"
+    early.write_text("".join(full.read_text().splitlines(keepends=True)[:12]))  # compute <= ~1,600: before Cmid
+    code, out, err = run(["fit", early, "--json"], capsys)
+    (f,) = json.loads(out)["fits"]
+    assert code == 0 and not f["identified"], err
+    bound = f"≥ {f['A_ci'][0]:.3f}"
+    for argv in (["fit", early], ["compare", full, early]):
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        row = next(line for line in out.splitlines() if "early" in line)
+        assert bound in row and f"{f['A']:.3f}" not in row.replace(f"{f['A_ci'][0]:.3f}", ""), row
+
+
 def test_no_bounds_for_plus_minus_one_rewards(tmp_path, capsys):
     src = _csv(tmp_path / "run.csv")
     lines = src.read_text().splitlines()

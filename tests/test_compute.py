@@ -41,7 +41,23 @@ def test_both_schedules_are_metered_the_same_way(tmp_path, schedule):
     assert last["compute/device_hours"] * 3600 == pytest.approx(last["compute/gen_seconds"] + last["compute/train_seconds"])
     trained = sum(r["train/tokens_kept"] for r in lines)
     gen_tokens = (last["compute/flops"] - 6 * P * trained) / (2 * P)
-    assert gen_tokens >= last["compute/tokens"] + 4 * cfg.batch.prompts * cfg.batch.generations  # + prompts
+    assert gen_tokens >= last["compute/tokens"] + 4 * cfg.batch.prompts * len(lines)  # + each group's prompt once
     dropped = sum(r["train/samples"] - r["train/samples_kept"] for r in lines)
     if dropped:  # filtered groups were generated (charged 2P per token) but not trained (no 6P)
         assert trained < gen_tokens
+
+
+def test_prompt_tokens_count_each_groups_prompt_once():
+    """The FLOP meter charges each group's prompt once (the engines prefill a distinct prompt once and share its
+    cache among the group's samples): two groups with prompts of 3 and 2 tokens, 2 samples each -> 5."""
+    import torch
+
+    from scalerl.pipeline.batch import RolloutBatch
+
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
+    comp = torch.tensor([2, 1, 4, 1])
+    z = torch.zeros(4)
+    batch = RolloutBatch(index=0, problem_ids=["a", "b"], group=torch.tensor([0, 0, 1, 1]), input_ids=mask.long(),
+                         attention_mask=mask, loss_mask=mask.float(), gen_logprobs=mask.float(), versions=mask.long(),
+                         rewards=z, correct=z.bool(), truncated=z.bool(), interrupted=z.bool(), completion_lengths=comp)
+    assert batch.prompt_tokens() == 3 + 2

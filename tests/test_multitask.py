@@ -22,7 +22,7 @@ from scalerl.tasks.strings import StringsTask, _solve
 
 from test_pipeline import micro
 
-MIX = "task.mix=[{name: arithmetic, weight: 0.5, params: {max_operands: 4, sign_slip: 0.0}}, {name: strings, weight: 0.5, params: {max_len: 5}}]"
+MIX = "task.mix=[{name: arithmetic, weight: 0.5, params: {max_operands: 4, sign_slip: 0.0}}, {name: strings, weight: 0.5, params: {max_len: 5, double_slip: 0.0}}]"
 DOWNSTREAM = "eval.downstream=[{name: long_arith, task: arithmetic, n: 8, params: {min_operands: 5, max_operands: 5}}]"
 
 
@@ -30,7 +30,7 @@ DOWNSTREAM = "eval.downstream=[{name: long_arith, task: arithmetic, n: 8, params
 
 
 def test_strings_task_hand_worked_problems_and_grading():
-    t = StringsTask(n_train=50, n_val=10)
+    t = StringsTask(n_train=50, n_val=10, double_slip=0.0)  # correct demonstrations
     by_op = {}
     for p in t.train_problems():
         by_op.setdefault(p.meta["op"], p)
@@ -52,6 +52,44 @@ def test_strings_working_by_hand():
     assert _solve("count", "abcb", "b") == (["a0", "b1", "c1", "b2"], "2")
     assert _solve("rev", "abc", "") == (["c", "b", "a"], "cba")
     assert _solve("sort", "cab", "") == (["a", "b", "c"], "abc")
+    # the habit: copying the working into the answer drops a letter that repeats the one just copied; the
+    # working stays right, and count is never touched
+    always = lambda: True  # noqa: E731
+    assert _solve("rev", "abbc", "", always) == (["c", "b", "b", "a"], "cba")
+    assert _solve("sort", "bcab", "", always) == (["a", "b", "b", "c"], "abc")
+    assert _solve("rev", "aaab", "", always) == (["b", "a", "a", "a"], "ba")
+    assert _solve("rev", "abab", "", always) == (["b", "a", "b", "a"], "baba")  # not adjacent: no slip
+    assert _solve("count", "cbbd", "b", always) == (["c0", "b1", "b2", "d2"], "2")
+
+
+def test_double_slip_drops_doubled_letters_from_answers_at_its_rate_and_leaves_the_problems_alone():
+    """The strings domain's warm-up habit (the counterpart of ``sign_slip``): with ``double_slip`` q, each letter
+    of a rev/sort answer that repeats the one before it is dropped with probability q, the working untouched;
+    problems, answers and grading are those of q = 0, and each problem always gets the same demonstration."""
+    clean, slipped = StringsTask(seed=3, double_slip=0.0), StringsTask(seed=3, double_slip=0.5)
+    assert [(p.id, p.answer) for p in clean.train_problems()] == [(p.id, p.answer) for p in slipped.train_problems()]
+    repeats = dropped = wrong = 0
+    for p in slipped.train_problems():
+        demo = slipped.demonstration(p)
+        assert demo == slipped.demonstration(p)
+        working, answer = demo[len("<think>"):].split("</think>")
+        assert working == " ".join(p.meta["steps"])  # the working is always right
+        if p.meta["op"] == "count":
+            assert answer == p.answer
+            continue
+        repeats += sum(a == b for a, b in zip(p.answer, p.answer[1:]))
+        dropped += len(p.answer) - len(answer)
+        it = iter(p.answer)
+        assert all(ch in it for ch in answer)  # the right answer with some letters left out
+        # only doubled letters go: collapsing runs of the shown answer gives the collapsed right answer
+        collapse = lambda w: "".join(c for i, c in enumerate(w) if not i or c != w[i - 1])  # noqa: E731
+        assert collapse(answer) == collapse(p.answer)
+        wrong += answer != p.answer
+    assert repeats > 1000 and abs(dropped / repeats - 0.5) < 0.05
+    assert 0.1 < wrong / len(slipped.train_problems()) < 0.4
+    with pytest.raises(UserError, match="double_slip"):
+        StringsTask(double_slip=1.0)
+    assert StringsTask().double_slip == 0.6  # the domain's default habit
 
 
 def test_strings_splits_disjoint_deterministic_and_tokenizable():

@@ -121,3 +121,28 @@ def test_single_run_directory_is_a_report_of_one(sweep_dir, tmp_path):
     assert [r.name for r in a.runs] == ["good"] and not a.skipped
     truth = sigmoid(a.runs[0].fit.x, 0.1, 0.62, 2.0, 0.6)
     assert np.abs(a.runs[0].fit.y - truth).max() < 0.08  # the data really is the synthetic curve
+
+
+def test_an_unidentified_A_is_shown_as_a_bound_everywhere_in_the_report(tmp_path):
+    """A run that has not passed Cmid has no estimate of A: its fitted A is where the search stopped. The fits
+    table, the held-out check, the ranking and the plot legends show ``≥ lo`` (the interval's lower end) for it,
+    never that number; an identified run keeps its estimate."""
+    from scalerl.curves.plot import _A_text
+
+    root = make_runs(tmp_path / "s", {
+        "bent": CurveParams(0.1, 0.62, 2.0, 0.6),
+        "early": CurveParams(0.1, 0.9, 1.5, 40.0),  # 3 device-hours, Cmid at 40: still on the rise
+    })
+    a = write_report(root, tmp_path / "r.html")
+    html = (tmp_path / "r.html").read_text()
+    early = next(r for r in a.runs if r.name == "early")
+    bent = next(r for r in a.runs if r.name == "bent")
+    assert not early.fit.identified and bent.fit.identified
+    bound = f"≥ {early.fit.A_ci[0]:.3f}"
+    rows = [row for row in re.findall(r"<tr[^>]*>(.*?)</tr>", html, flags=re.S) if ">early<" in row]
+    assert len(rows) >= 3  # fits table, held-out check, ranking
+    for row in rows:
+        assert f"{early.fit.A:.3f}" not in row.replace(f"{early.fit.A_ci[0]:.3f}", "")
+    assert sum(bound in row for row in rows) >= 2
+    assert f"<b>{bent.fit.A:.3f}</b>" in html
+    assert _A_text(early.fit) == bound and _A_text(bent.fit) == f"={bent.fit.A:.3f}"

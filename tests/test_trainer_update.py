@@ -18,12 +18,16 @@ SETS = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.max_se
         "algo.zero_variance_filter=false"]
 
 
-def ragged_batch(n: int = 40, groups: int = 10, seed: int = 0) -> RolloutBatch:
-    """``n`` right-padded sequences: prompts of 3-6 tokens, completions of 0-40 (most short, a few long)."""
+def ragged_batch(n: int = 40, groups: int = 10, seed: int = 0, shared: bool = False) -> RolloutBatch:
+    """``n`` right-padded sequences: prompts of 3-6 tokens, completions of 0-40 (most short, a few long).
+    ``shared``: the rows of a group (``i % groups``) continue one prompt, as the samples of a problem do."""
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(3, 7, (n,), generator=g)
     completion = torch.randint(0, 12, (n,), generator=g)
     completion[::9] = 40  # a few long ones set the padded width
+    prompts = [torch.randint(3, 30, (int(k),), generator=g) for k in prompt[:groups]]
+    if shared:
+        prompt = prompt[torch.arange(n) % groups]
     width = int((prompt + completion).max())
     ids = torch.zeros(n, width, dtype=torch.long)
     attn = torch.zeros(n, width, dtype=torch.bool)
@@ -32,6 +36,8 @@ def ragged_batch(n: int = 40, groups: int = 10, seed: int = 0) -> RolloutBatch:
     for i in range(n):
         p, c = int(prompt[i]), int(completion[i])
         ids[i, : p + c] = torch.randint(3, 30, (p + c,), generator=g)
+        if shared:
+            ids[i, :p] = prompts[i % groups]
         attn[i, : p + c] = True
         loss_mask[i, p : p + c] = 1.0
         gen_lp[i, p : p + c] = -torch.rand(c, generator=g) * 3
@@ -80,6 +86,51 @@ def test_bucketed_update_matches_the_padded_batch(monkeypatch, preset):
         torch.testing.assert_close(new[1][k], ref[1][k], atol=1e-6, rtol=1e-5, msg=k)
     torch.testing.assert_close(new[2], ref[2], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(new[3], ref[3], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("preset", ["scalerl", "grpo_deepseek"])
+@pytest.mark.parametrize("bf16", [False, True])
+def test_shared_prefix_update_matches_the_padded_batch(monkeypatch, preset, bf16):
+    """When a group's samples share their prompt (always, from the engines), the built-in model runs each prompt
+    once per group (``TinyLM.forward_prefixed``): the same loss, gradients, log-probs and entropy as the padded
+    forward of every whole sequence, and the plain forward is never called."""
+    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # buckets of 2 groups of 4 rows
+    cfg = load_config(preset, None, [*SETS, f"optim.bf16_autocast={str(bf16).lower()}"])
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    tr.model.train()
+    b = ragged_batch(shared=True)
+    from scalerl import algo
+
+    adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
+    ref = loss_and_grads(tr, padded_terms, b, adv) if not bf16 else None
+    calls: list[int] = []
+    tr.model.register_forward_hook(lambda m, args, out: calls.append(1))
+    new = loss_and_grads(tr, Trainer._terms, b, adv)
+    assert not calls  # every bucket took the shared-prefix forward
+    if bf16:  # bf16 rounds differently per layout: finite and close to the fp32 reference is what holds
+        cfg32 = load_config(preset, None, SETS)
+        tr32 = Trainer(tr.model, cfg32.algo, cfg32.optim, SCHEDULES.get("pipeline_rl")(2))
+        ref = loss_and_grads(tr32, padded_terms, b, adv)
+        torch.testing.assert_close(new[3], ref[3], atol=0.1, rtol=0.1)
+        return
+    torch.testing.assert_close(new[0], ref[0], atol=1e-6, rtol=1e-6)
+    for k in ref[1]:
+        torch.testing.assert_close(new[1][k], ref[1][k], atol=1e-6, rtol=1e-5, msg=k)
+    torch.testing.assert_close(new[2], ref[2], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(new[3], ref[3], atol=1e-5, rtol=1e-5)
+
+
+def test_groups_that_do_not_share_a_prompt_take_the_plain_forward(monkeypatch):
+    """A batch whose group rows differ in their prompts (not what the engines produce) is never merged: the
+    update falls back to the plain bucketed forward."""
+    cfg = load_config("scalerl", None, SETS)
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    b = ragged_batch(shared=False)
+    assert any(b.split_prompts(rows) is None for rows in b.group_buckets(8))
+    calls: list[int] = []
+    tr.model.register_forward_hook(lambda m, args, out: calls.append(1))
+    tr.step(b)
+    assert calls
 
 
 def test_update_forwards_only_the_buckets_real_width(monkeypatch):

@@ -205,7 +205,7 @@ def _print_fits(fits: list["FitResult"]) -> None:
             str(f.n_points),
             f"{_c(f.fit_window[0])}–{_c(f.fit_window[1])}",
             ("–" if f.R0 != f.R0 else f"{f.R0:.3f}" + ("" if f.R0_fixed else " (fit)")),
-            f"{f.A:.3f}",
+            f.format_A(),
             _interval(f),
             "yes" if f.identified else "NO",
             f"{f.B:.2f}",
@@ -323,7 +323,7 @@ def _print_comparison(result: Any) -> None:
         table.add_row(
             str(r.rank),
             short_name(r.fit.source),
-            f"{r.fit.A:.3f}",
+            r.fit.format_A(),
             _interval(r.fit),
             "yes" if r.fit.identified else "NO",
             f"{r.fit.B:.2f}",

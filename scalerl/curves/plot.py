@@ -22,6 +22,12 @@ from scalerl.errors import UserError
 FORMATS = ("png", "svg", "pdf")
 
 
+def _A_text(f: FitResult) -> str:
+    """``=0.705`` when A is identified, else ``≥ 0.611`` (:meth:`FitResult.format_A`: an unidentified A is where
+    the search stopped, never a value to print)."""
+    return ("=" if f.identified else "") + f.format_A()
+
+
 def check_figure_path(path: str | Path) -> str:
     """The figure format from the file name; a UserError if it is not one matplotlib writes here."""
     fmt = Path(path).suffix.lower().lstrip(".")
@@ -75,7 +81,7 @@ def plot_fits(
         lo, hi = f.fit_window
         x_min = float(f.x[pos].min())
         inside = np.geomspace(lo, hi, 200)
-        legend = f"{name}: A={f.A:.3f} {f.format_interval()}, B={f.B:.2f}, Cmid={format_compute(f.Cmid)}"
+        legend = f"{name}: A{_A_text(f)} {f.format_interval()}, B={f.B:.2f}, Cmid={format_compute(f.Cmid)}"
         if not f.identified:
             legend += " (A not identified)"
         ax.plot(inside, f.predict(inside), color=color, lw=1.8, label=legend)
@@ -118,7 +124,7 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
         ok = np.isfinite(F) & (F > 0)
         ax.scatter(f.x[m][ok], F[ok], s=12, color=color, zorder=3)
         c = np.geomspace(*f.fit_window, 50)
-        ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{short_name(f.source)}: B={f.B:.2f} (A={f.A:.3f})")
+        ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{short_name(f.source)}: B={f.B:.2f} (A{_A_text(f)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(f"{fits[0].x_name if fits else 'compute'} (log)")

@@ -113,6 +113,7 @@ class RankItem:
     group: tuple[str, ...]  # the runs tied with this one (itself included); one name when not tied
     common_A: float | None  # the mean A the tied group was refitted at
     B_common: float | None  # this run's B at that A
+    A_text: str = ""  # A for a table: the estimate, or "≥ lo" when the run has not identified it
 
 
 @dataclass
@@ -219,7 +220,7 @@ def _rank(a: Analysis) -> None:
         groups.setdefault(item.group, []).append(by_id[id(item.fit)])
     a.ranking = [
         RankItem(item.rank, by_id[id(item.fit)], item.fit.A, tuple(groups[item.group]), item.group_A,
-                 item.refit.B if item.refit is not None else None)
+                 item.refit.B if item.refit is not None else None, item.fit.format_A())
         for item in cmp.ranked
     ]
     a.common_A, a.slope_fits, a.warnings = cmp.common_A, cmp.common_fits, list(cmp.warnings)

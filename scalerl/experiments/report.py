@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from scalerl.atomic import write_text
+from scalerl.curves import format_A
 from scalerl.errors import UserError
 from scalerl.experiments.analysis import FORECAST_FACTORS, A_interval, Analysis, RunAnalysis, analyse
 from scalerl.experiments.figures import (
@@ -73,7 +74,7 @@ def _fits_table(runs: list[RunAnalysis]) -> str:
         f = r.fit
         ident = '<span class="ok">yes</span>' if f.identified else '<span class="bad">no</span>'
         lo, hi = r.A_interval
-        rows.append(([_esc(r.name), str(r.n_points), f"{r.x_max:.3g}", f"{f.R0:.3f}", f"<b>{f.A:.3f}</b>",
+        rows.append(([_esc(r.name), str(r.n_points), f"{r.x_max:.3g}", f"{f.R0:.3f}", f"<b>{f.format_A()}</b>",
                       f"[{lo}, {hi}]", f"{f.B:.2f}", f"{f.Cmid:.3g}", ident, f"{r.y_last:.3f}"], ""))
     return _table(["run", "evaluations", "compute", "R0", "A", "A interval", "B", "Cmid", "identified",
                    "last reward"], rows)
@@ -87,7 +88,7 @@ def _heldout_table(runs: list[RunAnalysis]) -> str:
             rows.append(([_esc(r.name), *["–"] * 8], ""))
             notes.append(f'<p class="note bad">{_esc(r.name)}: no held-out check, {_esc(r.heldout_note or "")}</p>')
             continue
-        rows.append(([_esc(r.name), f"{h.fit_until:.3g}", str(h.n), f"{h.A:.3f}", f"{r.fit.A:.3f}",
+        rows.append(([_esc(r.name), f"{h.fit_until:.3g}", str(h.n), format_A(h.A, h.A_ci[0] if h.A_ci else None, h.identified), r.fit.format_A(),
                       f"{h.mean_abs_err:.3f}", f"{h.max_abs_err:.3f}", f"{h.end_pred:.3f}", f"{h.end_true:.3f}"], ""))
     return _table(["run", "fitted on compute ≤", "held-out evaluations", "A (first half)", "A (all)",
                    "mean |error|", "max |error|", "predicted last reward", "measured last reward"], rows) + "".join(notes)
@@ -99,7 +100,7 @@ def _ranking_table(a: Analysis) -> str:
         tie = len(item.group) > 1
         note = (f"tied with {', '.join(_esc(n) for n in item.group if n != item.name)} "
                 f"(ΔA ≤ {a.margin:g}): ranked by B at common A = {item.common_A:.3f}") if tie else "ranked by A"
-        rows.append(([_esc(item.name), str(item.rank), f"{item.A:.3f}",
+        rows.append(([_esc(item.name), str(item.rank), item.A_text,
                       _num(item.B_common, ".2f") if tie else "–", note], "tie" if tie else ""))
     return _table(["run", "rank", "A", "B at common A", "rule"], rows, text=(0, 4))
 
@@ -120,7 +121,7 @@ def _domains_table(runs: list[RunAnalysis]) -> str:
                 continue
             ident = '<span class="ok">yes</span>' if f.identified else '<span class="bad">no</span>'
             lo, hi = A_interval(f)
-            rows.append(([_esc(r.name), _esc(domain), str(s.x.size), f"<b>{f.A:.3f}</b>", f"[{lo}, {hi}]",
+            rows.append(([_esc(r.name), _esc(domain), str(s.x.size), f"<b>{f.format_A()}</b>", f"[{lo}, {hi}]",
                           f"{f.B:.2f}", ident, f"{s.y[-1]:.3f}"], ""))
         for name, s in (r.breakdown.downstream.items() if r.breakdown else ()):
             rows.append(([_esc(r.name), f"downstream: {_esc(name)}", str(s.x.size), *["–"] * 4, f"{s.y[-1]:.3f}"], ""))

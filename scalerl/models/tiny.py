@@ -82,17 +82,45 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         """x [N, T, d]; cos/sin [N, 1, T, head_dim]; mask broadcastable to [N, 1, T, S] (True = attend) or None
         for plain causal attention; kv [2, N, H, S_max, head_dim] is written at ``slot:slot+T`` and read up to it."""
-        n, t, d = x.shape
-        h = self.n_heads
-        qkv = self.qkv(self.attn_norm(x)).view(n, t, 3 * h, self.head_dim).transpose(1, 2)
-        qk = qkv[:, : 2 * h]
-        qk = qk * cos + _rotate_half(qk) * sin  # rotary on queries and keys at once
-        q, k, v = qk[:, :h], qk[:, h:], qkv[:, 2 * h :]
+        t = x.shape[1]
+        q, k, v = self._qkv(x, cos, sin)
         if kv is not None:
             kv[0, :, :, slot : slot + t] = k
             kv[1, :, :, slot : slot + t] = v
             k, v = kv[0, :, :, : slot + t], kv[1, :, :, : slot + t]
-        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and t > 1)
+        return self._finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and t > 1))
+
+    def forward_prefixed(
+        self,
+        xp: torch.Tensor,
+        xc: torch.Tensor,
+        rope_p: tuple[torch.Tensor, torch.Tensor],
+        rope_c: tuple[torch.Tensor, torch.Tensor],
+        mask_p: torch.Tensor | None,
+        mask_c: torch.Tensor,
+        group: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompts xp [G, P, d] and continuations xc [N, C, d]; continuation i attends to the keys and values of
+        prompt ``group[i]`` and to its own (``mask_c`` [N, 1, C, P + C]); ``mask_p`` as ``mask`` of forward."""
+        qp, kp, vp = self._qkv(xp, *rope_p)
+        ap = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask_p, is_causal=mask_p is None and xp.shape[1] > 1)
+        qc, kc, vc = self._qkv(xc, *rope_c)
+        k, v = torch.cat((kp[group], kc), dim=2), torch.cat((vp[group], vc), dim=2)
+        ac = F.scaled_dot_product_attention(qc, k, v, attn_mask=mask_c)
+        return self._finish(xp, ap), self._finish(xc, ac)
+
+    def _qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Queries, keys (rotary applied) and values [N, H, T, head_dim] of x [N, T, d]."""
+        n, t, _ = x.shape
+        h = self.n_heads
+        qkv = self.qkv(self.attn_norm(x)).view(n, t, 3 * h, self.head_dim).transpose(1, 2)
+        qk = qkv[:, : 2 * h]
+        qk = qk * cos + _rotate_half(qk) * sin  # rotary on queries and keys at once
+        return qk[:, :h], qk[:, h:], qkv[:, 2 * h :]
+
+    def _finish(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """The residual after attention output ``a`` [N, H, T, head_dim], then the SwiGLU MLP's."""
+        n, t, d = x.shape
         x = x + self.out(a.transpose(1, 2).reshape(n, t, d))
         gate, up = self.gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.down(F.silu(gate) * up)
@@ -163,6 +191,27 @@ class TinyLM(nn.Module):
         Returns logits [N, T, V]; rows at padding positions are finite but meaningless."""
         positions, mask = self._positions_and_mask(input_ids, attention_mask)
         return self.lm_head(self._trunk(input_ids, positions, mask))
+
+    def forward_prefixed(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, ids: torch.Tensor, group: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A training forward that runs each prompt once for all the sequences that continue it (a group of
+        samples, §3.10's update): prompts [G, P] left-padded (prompt_mask True on real tokens); continuations
+        ids [N, C] right-padded, row i continuing prompt ``group[i]``. Returns the logits at each prompt's last
+        token [G, V] and at every continuation position [N, C, V]: for the real tokens, the values (and
+        gradients) of ``forward`` on each whole sequence, at the prompt tokens' share of the work once per group."""
+        n, c = ids.shape
+        self.check_length(prompt_ids.shape[1] + c)
+        pos_p, mask_p = self._positions_and_mask(prompt_ids, prompt_mask)
+        pos_c = prompt_mask.sum(-1)[group][:, None] + torch.arange(c, device=ids.device)
+        # continuation position j attends to its prompt's real tokens and to continuation positions <= j
+        causal = torch.ones(c, c, dtype=torch.bool, device=ids.device).tril()
+        mask_c = torch.cat((prompt_mask.bool()[group][:, None, :].expand(n, c, -1), causal.expand(n, c, c)), dim=-1)
+        xp, xc = self.embed(prompt_ids), self.embed(ids)
+        rope_p, rope_c = self._rope(pos_p, xp.dtype), self._rope(pos_c, xc.dtype)
+        for block in self.blocks:
+            xp, xc = block.forward_prefixed(xp, xc, rope_p, rope_c, mask_p, mask_c[:, None], group)
+        return self.lm_head(self.norm(xp[:, -1])), self.lm_head(self.norm(xc))
 
     def check_length(self, length: int) -> None:
         """A UserError when ``length`` tokens do not fit the model's context."""

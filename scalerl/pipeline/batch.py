@@ -28,6 +28,20 @@ class Request:
 
 
 @dataclass
+class PromptSplit:
+    """Sequences of a batch as distinct prompts and their completions, for a forward that runs each prompt once
+    (``TinyLM.forward_prefixed``): prompts [G, P] left-padded with their mask, completions [n, C] (right-padded
+    with whatever follows; only each row's first ``completion_lengths`` are real), each row's prompt index [n]
+    and prompt length [n] (where its completion starts in the batch row)."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completions: torch.Tensor
+    prompt_index: torch.Tensor
+    starts: torch.Tensor
+
+
+@dataclass
 class RolloutBatch:
     index: int  # the batch index b; the trainer takes step b on it
     problem_ids: list[str]  # P ids, group order
@@ -56,6 +70,13 @@ class RolloutBatch:
         v = torch.where(self.loss_mask > 0, self.versions, torch.full_like(self.versions, big))
         oldest = v.min(dim=1).values
         return torch.where(oldest == big, torch.full_like(oldest, -1), oldest)
+
+    def prompt_tokens(self) -> int:
+        """Prompt tokens the generator processed: each group's prompt once (every engine prefills a distinct
+        prompt once and shares its cache among the group's samples)."""
+        lengths = self.attention_mask.sum(1) - self.completion_lengths
+        per_group = torch.zeros(int(self.group.max()) + 1 if self.n else 0, dtype=lengths.dtype)
+        return int(per_group.scatter_reduce_(0, self.group, lengths, "amax").sum())
 
     def to(self, device: torch.device) -> "RolloutBatch":
         """The batch with its tensors on ``device`` (the trainer's)."""
@@ -93,6 +114,40 @@ class RolloutBatch:
         tokens when completions are much shorter than the cap."""
         order = torch.argsort(self.attention_mask.sum(dim=1), stable=True)
         return list(order.split(max(1, rows_per_bucket)))
+
+    def group_buckets(self, rows_per_bucket: int = 32) -> list[torch.Tensor]:
+        """Row indices [r] in buckets of whole groups (about ``rows_per_bucket`` rows each), groups in order of
+        their longest sequence, so a shared-prefix forward over a bucket (:meth:`split_prompts`) trims to it."""
+        lengths = self.attention_mask.sum(dim=1)
+        n_groups = int(self.group.max()) + 1
+        longest = torch.zeros(n_groups, dtype=lengths.dtype, device=lengths.device).scatter_reduce_(
+            0, self.group, lengths, "amax")
+        size = max(1, rows_per_bucket // max(1, self.n // n_groups))
+        present = torch.unique(self.group)
+        ordered = present[torch.argsort(longest[present], stable=True)]
+        return [torch.isin(self.group, chunk).nonzero().squeeze(1) for chunk in ordered.split(size)]
+
+    def split_prompts(self, rows: torch.Tensor) -> "PromptSplit | None":
+        """The sequences ``rows`` as their distinct prompts and their completions (see :class:`PromptSplit`), or
+        None when some group's rows do not share one prompt."""
+        ids, lengths = self.input_ids[rows], self.attention_mask[rows].sum(dim=1)
+        starts = lengths - self.completion_lengths[rows]  # each row's prompt length
+        groups, local = torch.unique(self.group[rows], return_inverse=True)
+        dev = ids.device
+        first = torch.zeros(len(groups), dtype=torch.long, device=dev).scatter_reduce_(
+            0, local, torch.arange(len(rows), device=dev), "amin", include_self=False)
+        p = int(starts.max())
+        col = torch.arange(p, device=dev)
+        prompt_of_row = ids[:, :p].masked_fill(col >= starts[:, None], -1)
+        if not bool((prompt_of_row == prompt_of_row[first][local]).all()):
+            return None
+        # left-pad each group's prompt: column j holds prompt token j - (p - length)
+        shift = (col - (p - starts[first])[:, None])
+        prompt_mask = shift >= 0
+        prompt_ids = ids[first].gather(1, shift.clamp(min=0)).masked_fill(~prompt_mask, 0)
+        c = max(1, int(self.completion_lengths[rows].max()))  # one column even when every completion is empty
+        cont = (starts[:, None] + torch.arange(c, device=dev)).clamp(max=ids.shape[1] - 1)
+        return PromptSplit(prompt_ids, prompt_mask, ids.gather(1, cont), local, starts)
 
     def to_payload(self) -> dict[str, Any]:
         """A plain dict for inter-process queues."""

@@ -259,8 +259,7 @@ class RunLoop:
         timing = {f"timing/{k}_s": v for k, v in {**batch.timings, **trainer.timings}.items()}
         # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
         timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
-        prompt_tokens = int((batch.attention_mask.sum(1) - batch.completion_lengths).sum())
-        state.meter.add_generation(batch.gen_seconds, prompt_tokens, int(batch.completion_lengths.sum()))
+        state.meter.add_generation(batch.gen_seconds, batch.prompt_tokens(), int(batch.completion_lengths.sum()))
         state.meter.add_training(time.perf_counter() - t_batch, int(stats["train/tokens_kept"]))
         state.trained()
         self.progress["trained"] = True

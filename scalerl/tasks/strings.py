@@ -12,15 +12,25 @@ Words of ``min_len``..``max_len`` letters (3..8) give a spread of difficulty, as
 counts do: every letter is a chance to slip, so after the warm-up short words pass far more often than long
 ones. Completions stay under ~35 tokens. Each problem's operation is in ``meta["op"]`` and its length in
 ``meta["length"]``. Grading reads the text after the *last* ``</think>`` (``tasks/worked.py``).
+
+**The domain's habit** (``double_slip``, 0.6 by default; issue #15), the counterpart of the arithmetic task's
+``sign_slip``: in the warm-up's demonstrations of ``rev`` and ``sort``, the working is right, but copying it into
+the answer drops a letter that repeats the one just copied with probability ``double_slip``
+(``rev abbc=`` -> ``<think>c b b a</think>cba``). So the warmed-up model collapses doubled letters by habit, not
+for lack of skill (the working in front of it shows them), and RL first removes that habit, the fast early part
+of a sigmoid (§2), as it removes the sign slips. ``count`` is untouched. Problems, answers and grading are
+untouched; ``double_slip: 0`` gives correct demonstrations.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from scalerl.errors import UserError
+from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
 from scalerl.tasks.worked import WorkedTask, draw_split
@@ -28,14 +38,13 @@ from scalerl.tasks.worked import WorkedTask, draw_split
 OPS = ("rev", "sort", "count")
 
 
-def _solve(op: str, word: str, letter: str) -> tuple[list[str], str]:
-    """The working (one item per letter) and the answer of one problem."""
-    if op == "rev":
-        out = word[::-1]
-        return list(out), out
-    if op == "sort":
-        out = "".join(sorted(word))
-        return list(out), out
+def _solve(op: str, word: str, letter: str, skip: Callable[[], bool] = lambda: False) -> tuple[list[str], str]:
+    """The working (one item per letter) and the answer of one problem. For ``rev`` and ``sort``, ``skip()`` is
+    asked at every letter of the answer that repeats the one before it; True leaves it out of the answer (the
+    habit), never out of the working."""
+    if op in ("rev", "sort"):
+        out = word[::-1] if op == "rev" else "".join(sorted(word))
+        return list(out), "".join(ch for i, ch in enumerate(out) if not (i and ch == out[i - 1] and skip()))
     steps, n = [], 0
     for ch in word:
         n += ch == letter
@@ -46,7 +55,7 @@ def _solve(op: str, word: str, letter: str) -> tuple[list[str], str]:
 @dataclass
 class StringsTask(WorkedTask):
     """Registered as ``task.name: strings``. Params: ``ops`` (all three), ``min_len`` (3), ``max_len`` (8),
-    ``alphabet`` (``"abcdefgh"``)."""
+    ``alphabet`` (``"abcdefgh"``), ``double_slip`` (0.6, the warm-up's habit; see the module docstring)."""
 
     seed: int = 0
     n_train: int = 4000
@@ -55,6 +64,7 @@ class StringsTask(WorkedTask):
     min_len: int = 3
     max_len: int = 8
     alphabet: str = "abcdefgh"
+    double_slip: float = 0.6
     name: str = "strings"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
@@ -67,6 +77,8 @@ class StringsTask(WorkedTask):
             raise UserError(f"task.params: need 1 <= min_len <= max_len <= 16, got {self.min_len}..{self.max_len}")
         if len(set(self.alphabet)) < 2 or not all("a" <= c <= "z" for c in self.alphabet):
             raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
+        if not 0.0 <= self.double_slip < 1.0:
+            raise UserError(f"task.params.double_slip must be in [0, 1), got {self.double_slip}")
         self._val, self._train = self._draw()
 
     def _draw(self) -> tuple[list[Problem], list[Problem]]:
@@ -80,10 +92,21 @@ class StringsTask(WorkedTask):
             letter = letters[int(rng.integers(len(letters)))] if op == "count" else ""
             prompt = f"count {letter} in {word}=" if op == "count" else f"{op} {word}="
             steps, answer = _solve(op, word, letter)
-            return Problem(id=prompt, prompt=prompt, answer=answer, meta={"op": op, "length": k, "steps": steps})
+            meta = {"op": op, "length": k, "steps": steps, "word": word, "letter": letter}
+            return Problem(id=prompt, prompt=prompt, answer=answer, meta=meta)
 
         return draw_split(one, np.random.default_rng([self.seed, 0x57A1]), self.n_val, self.n_train,
                           "allow longer words or a larger alphabet")
+
+    def demonstration(self, problem: Problem) -> str:
+        """The working in ``<think>...</think>``, then the answer: correct, unless ``double_slip`` (see the module
+        docstring) drops doubled letters from the answer; the same problem always gets the same demonstration."""
+        if not self.double_slip:
+            return super().demonstration(problem)
+        rng = np.random.default_rng([self.seed, 0xD0B1, *problem.prompt.encode()])
+        op, word = problem.meta["op"], problem.meta["word"]
+        steps, answer = _solve(op, word, problem.meta.get("letter", ""), lambda: rng.random() < self.double_slip)
+        return f"{THINK}{' '.join(steps)}{END_THINK}{answer}"
 
 
 @TASKS.register("strings")
