@@ -10,8 +10,9 @@ PPO-off-policy are compared on equal terms:
   checkpoints themselves do not, for any schedule. Idle time counts for no schedule. ``devices`` in the config
   rescales the sum to the devices the run really occupies.
 * ``compute/flops``: 2·P FLOPs per token the generators processed (each group's prompt prefilled once, every
-  completion token) for *every* generated group, including the groups the zero-variance filter later drops, and 6·P per token the trainer
-  trained on (forward + backward, kept sequences only). P = parameter count; the attention term is left out.
+  completion token) for *every* generated group, including the groups the zero-variance filter later drops, and
+  6·P per token the trainer trained on (forward + backward, kept sequences only). P = parameter count; the
+  attention term is left out.
 * ``compute/tokens``: completion tokens generated (sampled and forced).
 """
 

@@ -273,6 +273,7 @@ def _restore(params: list[torch.Tensor], optimizer: torch.optim.Optimizer, snap:
         else:
             optimizer.state.pop(p, None)  # the first update created the state; none before it
 
+
 def _to_rows(values: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, width: int) -> torch.Tensor:
     """values [n, C] of completion tokens (token j of row i at [i, j], real for j < lengths[i]) placed at the
     batch layout's columns [n, width]: token j of a completion starting at ``starts[i]`` is predicted at column

@@ -88,7 +88,8 @@ def _heldout_table(runs: list[RunAnalysis]) -> str:
             rows.append(([_esc(r.name), *["–"] * 8], ""))
             notes.append(f'<p class="note bad">{_esc(r.name)}: no held-out check, {_esc(r.heldout_note or "")}</p>')
             continue
-        rows.append(([_esc(r.name), f"{h.fit_until:.3g}", str(h.n), format_A(h.A, h.A_ci[0] if h.A_ci else None, h.identified), r.fit.format_A(),
+        half_A = format_A(h.A, h.A_ci[0] if h.A_ci else None, h.identified)
+        rows.append(([_esc(r.name), f"{h.fit_until:.3g}", str(h.n), half_A, r.fit.format_A(),
                       f"{h.mean_abs_err:.3f}", f"{h.max_abs_err:.3f}", f"{h.end_pred:.3f}", f"{h.end_true:.3f}"], ""))
     return _table(["run", "fitted on compute ≤", "held-out evaluations", "A (first half)", "A (all)",
                    "mean |error|", "max |error|", "predicted last reward", "measured last reward"], rows) + "".join(notes)

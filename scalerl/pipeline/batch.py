@@ -122,8 +122,8 @@ class RolloutBatch:
         n_groups = int(self.group.max()) + 1
         longest = torch.zeros(n_groups, dtype=lengths.dtype, device=lengths.device).scatter_reduce_(
             0, self.group, lengths, "amax")
-        size = max(1, rows_per_bucket // max(1, self.n // n_groups))
-        present = torch.unique(self.group)
+        present = torch.unique(self.group)  # after the zero-variance filter, not every index is here
+        size = max(1, rows_per_bucket // max(1, self.n // len(present)))
         ordered = present[torch.argsort(longest[present], stable=True)]
         return [torch.isin(self.group, chunk).nonzero().squeeze(1) for chunk in ordered.split(size)]
 

@@ -16,10 +16,11 @@ ones. Completions stay under ~35 tokens. Each problem's operation is in ``meta["
 **The domain's habit** (``double_slip``, 0.6 by default; issue #15), the counterpart of the arithmetic task's
 ``sign_slip``: in the warm-up's demonstrations of ``rev`` and ``sort``, the working is right, but copying it into
 the answer drops a letter that repeats the one just copied with probability ``double_slip``
-(``rev abbc=`` -> ``<think>c b b a</think>cba``). So the warmed-up model collapses doubled letters by habit, not
-for lack of skill (the working in front of it shows them), and RL first removes that habit, the fast early part
-of a sigmoid (§2), as it removes the sign slips. ``count`` is untouched. Problems, answers and grading are
-untouched; ``double_slip: 0`` gives correct demonstrations.
+(``rev abbc=`` -> ``<think>c b b a</think>cba``). So the warmed-up model collapses doubled letters by habit while
+the working in front of it shows them, and RL has a habit to remove (§2's early part of the curve), as with the
+sign slips. Measured: the tiny model unlearns this one slowly, steadily over hundreds of steps rather than within
+~50 as with the sign slips (docs/RESULTS.md, "Multi-task"). ``count`` is untouched. Problems, answers and grading
+are untouched; ``double_slip: 0`` gives correct demonstrations.
 """
 
 from __future__ import annotations
