@@ -164,7 +164,7 @@ def main() -> None:
         threads = args.threads if args.backend == "inline" else max(1, args.threads // 2)
         cfg = rl_vs_trl.bench_config(args.overrides, args.steps, args.backend, threads)
         trl_cfg = rl_vs_trl.bench_config(args.overrides, args.steps, "inline", args.threads)
-        rl_vs_trl.warmed_policy(cfg, build_task(cfg.task))  # the warm-up cache, outside every timing
+        policy = rl_vs_trl.warmed_policy(cfg, build_task(cfg.task))  # the warm-up cache, outside every timing
         names = (f"scalerl {args.backend}", "TRL GRPOTrainer")
         res = rounds.interleave({names[0]: lambda: scalerl_profile(cfg, args.warmup_steps),
                                  names[1]: lambda: trl_profile(trl_cfg, args.warmup_steps, args.threads)},
@@ -191,7 +191,7 @@ def main() -> None:
     if args.backend == "local":
         rounds.console.print("local: generate/grade/collate run in the generator process, beside the trainer's "
                              "phases; 'other' is then negative by the overlap")
-    rate = gemm_rate(rl_vs_trl.warmed_policy(cfg, build_task(cfg.task)), args.threads)
+    rate = gemm_rate(policy, args.threads)
     flops = statistics.median(r.values["flops"] for r in res.side(names[0]))
     floor, scalerl_step, trl_step = flops / rate, med[names[0]]["step"], med[names[1]]["step"]
     rounds.console.print(

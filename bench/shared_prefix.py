@@ -18,14 +18,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py, bench/rl_vs_trl.py
+import rl_vs_trl  # noqa: E402
 import rounds  # noqa: E402
 
-from scalerl.build import build_model, build_task  # noqa: E402
+from scalerl.build import build_task  # noqa: E402
 from scalerl.config import load_config  # noqa: E402
 from scalerl.errors import UserError  # noqa: E402
 from scalerl.models.tiny import TinyLM  # noqa: E402
-from scalerl.models.warmup import warmup  # noqa: E402
 from scalerl.pipeline.batch import Request  # noqa: E402
 from scalerl.pipeline.generator import GeneratorWorker  # noqa: E402
 from scalerl.pipeline.schedules import SCHEDULES  # noqa: E402
@@ -47,12 +47,9 @@ def main() -> None:
     try:
         cfg = load_config("scalerl", None, ["backend=inline", "algo.zero_variance_filter=false", *args.overrides])
         task = build_task(cfg.task)
-        bundle = build_model(cfg.model, cfg.seed)
-        if cfg.warmup.steps > 0:
-            warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=cfg.seed)
+        model = rl_vs_trl.warmed_policy(cfg, task)
     except UserError as exc:
         ap.exit(UserError.exit_code, f"error: {exc}\n")
-    model = bundle.model
     if not isinstance(model, TinyLM):
         ap.exit(2, "error: the shared-prefix forward is the built-in model's (model.name: tiny)\n")
     gen = GeneratorWorker(cfg, task)

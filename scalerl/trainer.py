@@ -159,8 +159,8 @@ class Trainer:
         # a model with a shared-prefix forward runs each group's prompt once (not over several ranks: FSDP
         # gathers weights in the model's forward only)
         prefixed = getattr(self.model, "forward_prefixed", None) if self.split is None else None
-        buckets = b.group_buckets(ROWS_PER_BUCKET) if prefixed else None
-        splits = [b.split_prompts(rows) for rows in buckets] if buckets else []
+        buckets = b.group_buckets(ROWS_PER_BUCKET) if prefixed else []
+        splits = [b.split_prompts(rows) for rows in buckets]
         if not splits or any(sp is None for sp in splits):
             # over several ranks every rank must run the same number of forwards (FSDP gathers in each): one
             buckets = b.length_buckets(ROWS_PER_BUCKET if self.split is None else b.n)

@@ -62,9 +62,9 @@ class BuiltinEngine(InFlightWeights):
         max_new = length.max_new_tokens if length is not None else model.cfg.max_seq_len - p_max
         model.check_length(p_max + max_new)
         ids, prompt_mask = left_pad(prompts, self.tokenizer.pad_id)
-        key_mask = torch.cat([prompt_mask, torch.zeros(len(prompts), max_new, dtype=torch.bool)], 1).to(device)
-        key_mask = key_mask.repeat_interleave(n, 0)
-        positions = prompt_mask.sum(-1).to(device).repeat_interleave(n, 0)  # rotary position of each next token
+        ids, prompt_mask = ids.to(device), prompt_mask.to(device)
+        key_mask = torch.cat([prompt_mask, prompt_mask.new_zeros(len(prompts), max_new)], 1).repeat_interleave(n, 0)
+        positions = prompt_mask.sum(-1).repeat_interleave(n, 0)  # rotary position of each sequence's next token
         stops = () if ignore_eos else (self.tokenizer.eos_id,)
         run = LengthRuntime(length, self.tokenizer, n_seq, seed, max_new, stops, device)
 
@@ -72,7 +72,7 @@ class BuiltinEngine(InFlightWeights):
         self._poll(weight_source)
         # one prefill per distinct prompt, then n copies of its cache rows (the prompt's n samples share it)
         cache = model.new_cache(len(prompts), p_max + max_new)
-        logits = model.prefill(ids.to(device), key_mask[::n, :p_max], cache).repeat_interleave(n, 0)
+        logits = model.prefill(ids, prompt_mask, cache).repeat_interleave(n, 0)
         cache = cache.repeat_interleave(n, dim=2)
         rows = torch.arange(n_seq, device=device)  # the sequence in each row of the model's batch
         for t in range(max_new):

@@ -222,36 +222,34 @@ def run_parallel(
     console = console or Console(stderr=True, quiet=not show_progress)
     configs, records = _plan_records(sweep, out)
     n, threads = len(records), threads_per_job(jobs)
-    index = {rec.name: i for i, rec in enumerate(records)}
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        futures = {}
-        for run, rec in zip(sweep.runs, records):
+        futures = {}  # future -> position of its run in the plan
+        for i, (run, rec) in enumerate(zip(sweep.runs, records)):
             if rec.action == "skip":
-                console.print(f"[dim][{index[rec.name] + 1}/{n}] {run.name}: finished, skipped[/dim]")
+                console.print(f"[dim][{i + 1}/{n}] {run.name}: finished, skipped[/dim]")
                 continue
             cfg = configs[run.name]
             if cfg.threads is None:
                 cfg = cfg.model_copy(update={"threads": threads})
             # no progress display in a worker (several would interleave); pending until it finishes
-            futures[pool.submit(run_one, run, cfg, out, run_fn, False)] = rec
+            futures[pool.submit(run_one, run, cfg, out, run_fn, False)] = i
         write_index(out, sweep, records)
         console.print(f"{len(futures)} run(s), {jobs} at a time, {threads} thread(s) each")
         try:
             for future in as_completed(futures):
-                rec = futures[future]
+                i = futures[future]
                 try:
-                    done = future.result()
+                    records[i] = future.result()
                 except Exception as exc:  # noqa: BLE001 - e.g. a worker killed from outside
+                    rec = records[i]
                     rec.status, rec.error = "failed", " ".join(f"{type(exc).__name__}: {exc}".split())
-                else:
-                    records[index[rec.name]] = rec = done
                 write_index(out, sweep, records)
-                _report(console, index[rec.name] + 1, n, rec)
+                _report(console, i + 1, n, records[i])
         except BaseException:
-            for future, rec in futures.items():
+            for future, i in futures.items():
                 if not future.done() and not future.cancel():
-                    rec.status = "interrupted"  # it had started; a cancelled one never did and stays pending
+                    records[i].status = "interrupted"  # it had started; a cancelled one never did: pending
             write_index(out, sweep, records)
             pool.shutdown(wait=False, cancel_futures=True)
             raise

@@ -71,12 +71,19 @@ class RolloutBatch:
         oldest = v.min(dim=1).values
         return torch.where(oldest == big, torch.full_like(oldest, -1), oldest)
 
+    def prompt_lengths(self) -> torch.Tensor:
+        """[N] each sequence's prompt length (where its completion starts)."""
+        return self.attention_mask.sum(dim=1) - self.completion_lengths
+
+    def group_max(self, values: torch.Tensor) -> torch.Tensor:
+        """[max group index + 1] the largest of ``values`` [N] in each group (0 for an index with no rows)."""
+        out = values.new_zeros(int(self.group.max()) + 1 if self.n else 0)
+        return out.scatter_reduce_(0, self.group, values, "amax")
+
     def prompt_tokens(self) -> int:
         """Prompt tokens the generator processed: each group's prompt once (every engine prefills a distinct
         prompt once and shares its cache among the group's samples)."""
-        lengths = self.attention_mask.sum(1) - self.completion_lengths
-        per_group = torch.zeros(int(self.group.max()) + 1 if self.n else 0, dtype=lengths.dtype)
-        return int(per_group.scatter_reduce_(0, self.group, lengths, "amax").sum())
+        return int(self.group_max(self.prompt_lengths()).sum())
 
     def to(self, device: torch.device) -> "RolloutBatch":
         """The batch with its tensors on ``device`` (the trainer's)."""
@@ -118,10 +125,7 @@ class RolloutBatch:
     def group_buckets(self, rows_per_bucket: int = 32) -> list[torch.Tensor]:
         """Row indices [r] in buckets of whole groups (about ``rows_per_bucket`` rows each), groups in order of
         their longest sequence, so a shared-prefix forward over a bucket (:meth:`split_prompts`) trims to it."""
-        lengths = self.attention_mask.sum(dim=1)
-        n_groups = int(self.group.max()) + 1
-        longest = torch.zeros(n_groups, dtype=lengths.dtype, device=lengths.device).scatter_reduce_(
-            0, self.group, lengths, "amax")
+        longest = self.group_max(self.attention_mask.sum(dim=1))
         present = torch.unique(self.group)  # after the zero-variance filter, not every index is here
         size = max(1, rows_per_bucket // max(1, self.n // len(present)))
         ordered = present[torch.argsort(longest[present], stable=True)]
@@ -130,8 +134,7 @@ class RolloutBatch:
     def split_prompts(self, rows: torch.Tensor) -> "PromptSplit | None":
         """The sequences ``rows`` as their distinct prompts and their completions (see :class:`PromptSplit`), or
         None when some group's rows do not share one prompt."""
-        ids, lengths = self.input_ids[rows], self.attention_mask[rows].sum(dim=1)
-        starts = lengths - self.completion_lengths[rows]  # each row's prompt length
+        ids, starts = self.input_ids[rows], self.prompt_lengths()[rows]
         groups, local = torch.unique(self.group[rows], return_inverse=True)
         dev = ids.device
         first = torch.zeros(len(groups), dtype=torch.long, device=dev).scatter_reduce_(
