@@ -18,11 +18,11 @@ a time on a 2-core machine (``--jobs``): one core each, so a run beside another 
 alone, and the pair makes 1.36x the RL steps per second of one inline run on both cores and 1.14x one local-backend
 run (``bench/parallel_runs.py``, docs/RESULTS.md); equal minutes are then about equal device-hours. The
 seeds share one base model (``model.seed=0``: the same initial weights and warm-up), as the paper's seeds do; they
-differ in the RL run. Evaluation takes 4 samples of each of the 256 validation prompts (standard error ~0.011 per
-evaluation; a recipe's fit pools its seeds).
+differ in the RL run. Evaluation is the testbed's default: 4 samples of each of the 256 validation prompts every
+5 steps (standard error 0.0025-0.0038 per evaluation, docs/RESULTS.md; a recipe's fit pools its seeds).
 
     python3 bench/replicate.py --quick                         # smoke test: micro model, a minute or two
-    python3 bench/replicate.py --minutes 5 --set eval.every=8 --out runs/replicate   # 28 runs, 72.5 min on 2 cores
+    python3 bench/replicate.py --out runs/replicate            # 28 runs of 3.8 minutes, about an hour on 2 cores
 """
 
 from __future__ import annotations

@@ -49,10 +49,15 @@ def test_hf_tokenizer_matches_builtin():
     hf = bench.hf_char_tokenizer(tok)
     assert (hf.pad_token_id, hf.bos_token_id, hf.eos_token_id, len(hf)) == (0, 1, 2, tok.vocab_size)
     task = ArithmeticTask(seed=3, n_train=200, n_val=1)
+    shown = 0
     for p in task.train_problems():
         assert hf(p.prompt)["input_ids"] == encode_prompt(tok, p.prompt)
         text = task.demonstration(p)
+        if text is None:  # the testbed's untaught tier has no demonstration
+            continue
+        shown += 1
         assert hf(text, add_special_tokens=False)["input_ids"] == tok.encode(text)
+    assert shown > 100
     # greedy longest match on the multi-character tokens, and exact decoding with specials skipped
     text = "<think>1+2=3 Okay, time is up. Let me stop thinking and formulate an answer. </think>3\n "
     ids = tok.encode(text)

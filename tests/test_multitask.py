@@ -92,6 +92,29 @@ def test_double_slip_drops_doubled_letters_from_answers_at_its_rate_and_leaves_t
     assert StringsTask().double_slip == 0.6  # the domain's default habit
 
 
+def test_case_slip_capitalises_the_first_letter_of_rev_and_sort_answers_only():
+    """The single-decision habit: with ``case_slip`` q a rev/sort demonstration's answer starts with a capital
+    letter with probability q (exact grading counts it wrong); the working, count answers and problems are
+    untouched."""
+    clean = StringsTask(seed=4, double_slip=0.0, case_slip=0.0)
+    slipped = StringsTask(seed=4, double_slip=0.0, case_slip=0.6)
+    copies = capital = 0
+    for p in slipped.train_problems():
+        demo, right = slipped.demonstration(p), clean.demonstration(p)
+        assert demo == slipped.demonstration(p) and demo.split("</think>")[0] == right.split("</think>")[0]
+        answer = demo.split("</think>")[1]
+        if p.meta["op"] == "count":
+            assert answer == p.answer
+            continue
+        copies += 1
+        capital += answer != p.answer
+        assert answer in (p.answer, p.answer[0].upper() + p.answer[1:])
+        assert slipped.grade(p, demo) == (answer == p.answer)
+    assert copies > 1000 and abs(capital / copies - 0.6) < 0.05
+    with pytest.raises(UserError, match="case_slip"):
+        StringsTask(case_slip=-0.1)
+
+
 def test_strings_splits_disjoint_deterministic_and_tokenizable():
     from scalerl.models.tokenizer import CharTokenizer
 

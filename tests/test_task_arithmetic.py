@@ -89,20 +89,24 @@ def test_tiers_draw_their_shares_and_operands_and_name_each_problem():
     assert all(t.grade(p, t.demonstration(p)) for p in probs)
 
 
-def test_out_of_reach_tier_needs_more_thinking_than_the_testbed_budget():
-    """The reason the ceiling is below 1: every out-of-reach problem's working is longer than the largest
-    thinking budget of the scalerl preset's interruption length control (§3.8), so it is always cut."""
-    from scalerl.config import CONFIG_DIR, load_config
+def test_the_untaught_tier_needs_more_thinking_than_the_testbed_budget():
+    """The reason the default testbed's ceiling is below 1 (issue #11): every nine-operand problem's working is
+    longer than the largest thinking budget of the scalerl preset's interruption length control (§3.8), so it is
+    always cut, and the warm-up never demonstrates it; every three-operand working fits the smallest budget."""
+    from scalerl.config import load_config
 
-    cfg = load_config("scalerl", CONFIG_DIR / "testbed" / "tiers.yaml")
-    think_hi = cfg.algo.length.params["think_hi"]
+    cfg = load_config("scalerl")
+    think = cfg.algo.length.params
     task = TASKS.get("arithmetic")(seed=0, n_train=cfg.task.n_train, n_val=cfg.task.n_val, **cfg.task.params)
     tok = CharTokenizer()
-    hard = [p for p in task.val_problems() if p.meta["tier"] == "out_of_reach"]
-    assert len(hard) > 50
-    assert min(len(tok.encode(task.demonstration(p).partition("</think>")[0])) for p in hard) >= think_hi
-    easy = [p for p in task.val_problems() if p.meta["tier"] == "easy"]
-    assert max(len(tok.encode(task.demonstration(p).partition("</think>")[0])) for p in easy) < cfg.algo.length.params["think_lo"]
+    clean = ArithmeticTask(seed=0, n_train=cfg.task.n_train, n_val=cfg.task.n_val, answer_slip=0.0)
+    hard = [p for p in task.val_problems() if p.meta["tier"] == "nine_operands"]
+    easy = [p for p in task.val_problems() if p.meta["tier"] == "three_operands"]
+    assert len(hard) > 40 and len(easy) > 150 and len(hard) + len(easy) == cfg.task.n_val
+    assert all(task.demonstration(p) is None for p in hard)
+    working = lambda p: f"<think>{' '.join(p.meta['steps'])}"  # noqa: E731  (what the model must think)
+    assert min(len(tok.encode(working(p))) for p in hard) > think["think_hi"]
+    assert max(len(tok.encode(clean.demonstration(p).partition("</think>")[0])) for p in easy) < think["think_lo"]
 
 
 def test_an_operand_range_replaces_the_tiers_and_bad_tiers_are_one_line():
@@ -119,9 +123,9 @@ def test_an_operand_range_replaces_the_tiers_and_bad_tiers_are_one_line():
 def test_the_testbed_evaluation_bounds_its_standard_error_by_one_percent():
     """Issue #11: one evaluation's standard error <= 0.01. With the prompts fixed it is the sampling noise,
     sqrt(mean p_i (1 - p_i) / (prompts x samples)) <= 0.5 / sqrt(prompts x samples) for any checkpoint."""
-    from scalerl.config import CONFIG_DIR, load_config
+    from scalerl.config import load_config
 
-    cfg = load_config("scalerl", CONFIG_DIR / "testbed" / "tiers.yaml")
+    cfg = load_config("scalerl")
     n = (cfg.eval.n_prompts or cfg.task.n_val) * cfg.eval.n_samples
     assert 0.5 / n**0.5 <= 0.01
 
@@ -156,10 +160,55 @@ def test_sign_slip_drops_minus_signs_of_negative_partial_sums_at_its_rate():
     assert negatives > 1000 and abs(slips / negatives - 0.5) < 0.05
     with pytest.raises(UserError, match="sign_slip"):
         ArithmeticTask(sign_slip=1.0)
-    assert ArithmeticTask().sign_slip == 0.6  # the testbed's default habit
+    assert ArithmeticTask().sign_slip == 0.0 and ArithmeticTask().answer_slip == 0.9  # the testbed's habit
 
 
 def test_without_named_tiers_each_operand_count_is_a_tier():
     t = ArithmeticTask(seed=0, n_train=200, n_val=100)
     assert {p.meta["tier"] for p in t.val_problems()} == {f"operands_{k}" for k in range(2, 6)}
     assert all(p.meta["tier"] == f"operands_{p.meta['operands']}" for p in t.train_problems())
+
+
+def test_answer_slip_drops_the_minus_sign_of_negative_answers_only_and_keeps_the_working():
+    """The single-decision habit: with ``answer_slip`` q the working stays right and only the copy of a negative
+    result into the answer loses its minus sign, with probability q; positive answers are never touched."""
+    clean = ArithmeticTask(seed=5, sign_slip=0.0, answer_slip=0.0)
+    slipped = ArithmeticTask(seed=5, sign_slip=0.0, answer_slip=0.7)
+    negative = dropped = 0
+    for p in slipped.train_problems():
+        demo, right = slipped.demonstration(p), clean.demonstration(p)
+        assert demo == slipped.demonstration(p)  # deterministic per problem
+        working, answer = demo.split("</think>")
+        assert working == right.split("</think>")[0]  # the working is the correct one
+        if int(p.answer) < 0:
+            negative += 1
+            dropped += answer == p.answer[1:]
+            assert answer in (p.answer, p.answer[1:])
+        else:
+            assert demo == right
+    assert negative > 800 and abs(dropped / negative - 0.7) < 0.05
+    # the hand-worked case: 1-5 = -4, the answer copied without its sign when it slips
+    one = Problem(id="1-5=", prompt="1-5=", answer="-4", meta={"steps": ["1-5=-4"]})
+    assert ArithmeticTask(seed=5, sign_slip=0.0, answer_slip=0.99).demonstration(one) == "<think>1-5=-4</think>4"
+    assert clean.demonstration(one) == "<think>1-5=-4</think>-4"
+    with pytest.raises(UserError, match="answer_slip"):
+        ArithmeticTask(answer_slip=1.0)
+
+
+def test_an_untaught_tier_is_left_out_of_the_warm_up_only():
+    """``taught: false``: the warm-up never sees the tier (its demonstration is None), while training and
+    validation draw it at its share and grading is unchanged."""
+    from scalerl.models.warmup import _examples
+
+    tiers = {"short": {"operands": [3, 3], "share": 0.7}, "long": {"operands": [9, 9], "share": 0.3, "taught": False}}
+    t = ArithmeticTask(seed=0, n_train=600, n_val=100, tiers=tiers, sign_slip=0.0)
+    long = [p for p in t.train_problems() if p.meta["tier"] == "long"]
+    assert 0.2 < len(long) / len(t.train_problems()) < 0.4
+    assert all(t.demonstration(p) is None for p in long)
+    assert all(t.grade(p, f"<think></think>{p.answer}") for p in long)
+    tok = CharTokenizer()
+    examples = _examples(t, tok)
+    assert len(examples) == len(t.train_problems()) - len(long)
+    assert max(len(c) for _, c in examples) < 30  # only three-operand demonstrations (at most ~25 tokens)
+    with pytest.raises(UserError, match="taught"):
+        ArithmeticTask(tiers={"x": {"operands": [3, 3], "taught": "no"}})

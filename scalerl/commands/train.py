@@ -14,7 +14,7 @@ DEMO_OUT = "runs/demo"
 # The demo's RL budget is a step count, so the machine's load changes its wall time, not its length (the local
 # backend's in-flight weight updates depend on timing, so two runs can differ by a few thousandths per evaluation);
 # the time cap is only a safety net (docs/experiments.md).
-DEMO_STEPS = 100
+DEMO_STEPS = 130
 DEMO_SAFETY_MINUTES = 20.0
 # what the demo checks of itself at the end (issue #11): A identified with a 95% interval at most this wide, and
 # the fit on the first half of the compute predicting the last evaluation within this much

@@ -35,11 +35,12 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def _examples(task: Any, tokenizer: Tokenizer) -> list[tuple[list[int], list[int]]]:
-    """(prompt tokens as the generator sees them, completion tokens + EOS) for each training problem."""
-
+    """(prompt tokens as the generator sees them, completion tokens + EOS) for each training problem the task
+    demonstrates (``task.demonstration(p)`` is None for a problem the base model is never shown)."""
+    shown = ((p, task.demonstration(p)) for p in task.train_problems())
     return [
-        (encode_prompt(tokenizer, p.prompt), list(tokenizer.encode(task.demonstration(p))) + [tokenizer.eos_id])
-        for p in task.train_problems()
+        (encode_prompt(tokenizer, p.prompt), list(tokenizer.encode(demo)) + [tokenizer.eos_id])
+        for p, demo in shown if demo is not None
     ]
 
 

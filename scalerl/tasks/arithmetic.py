@@ -1,29 +1,37 @@
 """The built-in task: multi-operand addition/subtraction with a short chain of thought, exactly verifiable.
 
 A prompt is an expression such as ``"7+5-9="``; the demonstrated completion works it left to right inside
-``<think>...</think>`` and then states the answer: ``"<think>7+5=12 12-9=3</think>3"``. Two to five operands
-(one digit by default; ``max_digits`` makes it harder) give a spread of difficulty, since every step is a chance
-to slip: after the default warm-up two-operand prompts are solved several times as often as five-operand ones,
-which is what zero-variance filtering (§3.6) and No-Positive-Resampling (§3.7) need. The thinking part is
-~7-35 tokens, which interruptions (§3.8) can cut.
+``<think>...</think>`` and then states the answer: ``"<think>7+5=12 12-9=3</think>3"``. Grading reads the text
+after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task); rewards (±1 by default, §3.0)
+come from the run config.
 
-**The testbed's habit** (``sign_slip``, 0.6 by default; issue #11). RL from a base model first removes what the
-base model does wrong by habit rather than by lack of skill, and only then, slowly, adds skill (§2: the early,
-fast part of the curve). The warm-up's demonstrations carry such a habit: each negative partial sum loses its
-minus sign with probability ``sign_slip`` and the working goes on from the wrong value (``"7-8=1 1+1=2"``), so
-the warmed-up model slips on about a quarter of its answers. The problems, their answers and the grading are
-untouched: only :meth:`ArithmeticTask.demonstration`, which the warm-up trains on, slips. ``sign_slip: 0`` gives
-correct demonstrations.
+**The testbed** (issue #11): the defaults are chosen so that a ScaleRL run on 2 cores traverses the sigmoid of §2
+within the demo's budget: it rises, passes Cmid and flattens at a ceiling below 1 whose reason the per-tier
+evaluation shows (``val/tier/<name>/pass_rate``). Two tiers (:data:`TESTBED_TIERS`):
 
-**Where the ceiling comes from.** Without named tiers every operand count is its own tier
-(``meta["tier"] = "operands_k"``), and the evaluator reports ``val/tier/operands_k/pass_rate``: two-operand
-prompts end near 1, five-operand ones far below (more steps to get wrong, and working that the interruption's
-thinking budget (§3.8) can cut). Named tiers (``tiers``) mix chosen operand ranges instead; e.g.
-configs/testbed/tiers.yaml adds an *out-of-reach* tier (9-10 operands) whose working is always longer than
-the thinking budget, so its answer is a guess.
+* ``three_operands`` (share 0.8): three one-digit operands. The warm-up teaches the working to near-perfect
+  skill. There are only 4,000 such problems and repeats are redrawn, so the default splits hold fewer than 80%:
+  193 of the 256 validation prompts, 2,167 of the 3,000 training ones.
+* ``nine_operands`` (share 0.2, ``taught: false``): nine two-digit operands, never demonstrated. The working (51+
+  tokens) is always longer than the interruption's largest thinking budget (48, §3.8), so the answer is forced
+  early and is a guess that almost never lands. This tier is the visible reason the ceiling sits near 0.75.
 
-Grading reads the text after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task).
-Rewards (±1 by default, §3.0) come from the run config.
+**The habit RL removes** (``answer_slip``, 0.9). RL from a base model first removes what the base model does
+wrong by habit rather than by lack of skill (§2: the early, fast part of the curve). The warm-up's
+demonstrations show the right working, but the copy of a negative result into the answer drops its minus sign
+with probability ``answer_slip`` (``"<think>1-5=-4</think>4"``), so the warmed-up model gets about a quarter of
+the taught tier wrong. It is one decision at one place, the first token after ``</think>``: RL removes it within
+tens of steps and then has nothing left to gain, so the curve flattens and a fit identifies A. Problems, answers
+and grading are untouched: only :meth:`ArithmeticTask.demonstration`, which the warm-up trains on, slips.
+
+``sign_slip`` (0 by default; the earlier testbed's habit) drops the minus sign of negative *partial sums* inside
+the working and goes on from the wrong value (``"7-8=1 1+1=2"``). That costs the model practice too (each slip
+hides a negative running value from the steps after it), so after RL removes the habit the model meets sums it
+rarely saw and the curve keeps rising slowly: with it, A stayed open at the top in most runs (docs/RESULTS.md).
+
+Without named tiers (an operand range, e.g. ``--set task.params.max_operands=5``) every operand count is its own
+tier (``meta["tier"] = "operands_k"``), all taught. A tier with ``taught: false`` is left out of the warm-up's
+demonstrations, as a base model that never saw such problems.
 """
 
 from __future__ import annotations
@@ -52,29 +60,46 @@ def _steps(operands: list[int], ops: list[str], slip: Callable[[int], int] = lam
     return steps, acc
 
 
+# The testbed's tiers (issue #11; docs/RESULTS.md "The testbed"): three one-digit operands, which the warm-up
+# teaches to near-perfect skill, and nine two-digit operands, never taught, whose working (51+ tokens) is always
+# longer than the interruption's largest thinking budget (48), so the answer is a guess that almost never lands.
+# The ceiling is then the taught tier's share: RL removes the answer habit and has nothing more to gain.
+TESTBED_TIERS: dict[str, dict[str, Any]] = {
+    "three_operands": {"operands": [3, 3], "share": 0.8},
+    "nine_operands": {"operands": [9, 9], "digits": 2, "share": 0.2, "taught": False},
+}
+
+
 @dataclass(frozen=True)
 class Tier:
     """One difficulty tier: operand counts drawn uniformly from ``operands`` (inclusive), ``digits`` at most per
     operand, and the tier's ``share`` of the draws. Repeated problems are redrawn, so a tier with few distinct
-    problems (2-3 one-digit operands) ends up with less than its share of a large split."""
+    problems (2-3 one-digit operands) ends up with less than its share of a large split. ``taught: false`` keeps
+    the tier's problems out of the warm-up's demonstrations; RL and evaluation still see them."""
 
     name: str
     operands: tuple[int, int]
     digits: int
     share: float
+    taught: bool = True  # False: the warm-up shows no demonstration of it (a base model that never saw it)
 
 
 def _tiers(spec: dict[str, Any], digits: int) -> list[Tier]:
     """``{"easy": {"operands": [2, 3], "share": 0.4, "digits": 1}, ...}`` as Tiers (``digits`` defaults to
-    ``max_digits``); one line naming the mistake otherwise."""
+    ``max_digits``, ``taught`` to true); one line naming the mistake otherwise."""
     if not isinstance(spec, dict) or not spec:
         raise UserError("task.params.tiers must map tier names to {operands: [lo, hi], share: w}")
     tiers = []
     for name, t in spec.items():
-        if not isinstance(t, dict) or set(t) - {"operands", "share", "digits"} or "operands" not in t:
-            raise UserError(f"task.params.tiers.{name}: expected {{operands: [lo, hi], share: w, digits: d}}")
+        if not isinstance(t, dict) or set(t) - {"operands", "share", "digits", "taught"} or "operands" not in t:
+            raise UserError(
+                f"task.params.tiers.{name}: expected {{operands: [lo, hi], share: w, digits: d, taught: true|false}}"
+            )
+        if not isinstance(t.get("taught", True), bool):
+            raise UserError(f"task.params.tiers.{name}.taught must be true or false, got {t['taught']!r}")
         lo, hi = (t["operands"], t["operands"]) if isinstance(t["operands"], int) else t["operands"]
-        tier = Tier(str(name), (int(lo), int(hi)), int(t.get("digits", digits)), float(t.get("share", 1.0)))
+        tier = Tier(str(name), (int(lo), int(hi)), int(t.get("digits", digits)), float(t.get("share", 1.0)),
+                    t.get("taught", True))
         if not 2 <= tier.operands[0] <= tier.operands[1] or not 1 <= tier.digits <= 6 or not tier.share > 0:
             raise UserError(
                 f"task.params.tiers.{name}: need 2 <= operands lo <= hi, 1 <= digits <= 6 and share > 0, got {t}"
@@ -90,14 +115,15 @@ class ArithmeticTask(WorkedTask):
     module docstring)."""
 
     seed: int = 0
-    n_train: int = 4000
+    n_train: int = 3000
     n_val: int = 256
     min_operands: int = 2
     max_operands: int = 5
     max_digits: int = 1
     subtraction: bool = True
-    tiers: dict[str, Any] | None = None
-    sign_slip: float = 0.6
+    tiers: dict[str, Any] | None = field(default_factory=lambda: {k: dict(v) for k, v in TESTBED_TIERS.items()})
+    sign_slip: float = 0.0
+    answer_slip: float = 0.9
     name: str = "arithmetic"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
@@ -110,8 +136,9 @@ class ArithmeticTask(WorkedTask):
             )
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
-        if not 0.0 <= self.sign_slip < 1.0:
-            raise UserError(f"task.params.sign_slip must be in [0, 1), got {self.sign_slip}")
+        for habit in ("sign_slip", "answer_slip"):
+            if not 0.0 <= getattr(self, habit) < 1.0:
+                raise UserError(f"task.params.{habit} must be in [0, 1), got {getattr(self, habit)}")
         self._tiers = (
             _tiers(self.tiers, self.max_digits) if self.tiers is not None
             else [Tier("all", (self.min_operands, self.max_operands), self.max_digits, 1.0)]
@@ -139,20 +166,28 @@ class ArithmeticTask(WorkedTask):
         return draw_split(one, np.random.default_rng([self.seed, 0x5CA1E]), self.n_val, self.n_train,
                           "allow more operands or digits")
 
-    def demonstration(self, problem: Problem) -> str:
+    def demonstration(self, problem: Problem) -> str | None:
         """The left-to-right working in ``<think>...</think>``, then the answer: correct, unless ``sign_slip``
-        (see the module docstring) drops the minus sign of negative partial sums, the slip carried on."""
-        if not self.sign_slip:
+        drops the minus sign of negative partial sums (the slip carried on) or ``answer_slip`` drops it from a
+        negative answer (see the module docstring). None for a problem of an untaught tier: the warm-up skips it."""
+        if not self._taught(problem):
+            return None
+        if not self.sign_slip and not self.answer_slip:
             return super().demonstration(problem)
         rng = np.random.default_rng([self.seed, 0x51C9, *problem.prompt.encode()])
         numbers = [int(x) for x in re.findall(r"\d+", problem.prompt)]
         ops = re.findall(r"[+-]", problem.prompt[len(str(numbers[0])):])
         steps, answer = _steps(numbers, ops, lambda v: -v if v < 0 and rng.random() < self.sign_slip else v)
+        if answer < 0 and rng.random() < self.answer_slip:
+            answer = -answer  # the working shows the minus sign; the copy into the answer drops it
         return f"{THINK}{' '.join(steps)}{END_THINK}{answer}"
+
+    def _taught(self, problem: Problem) -> bool:
+        return all(t.taught for t in self._tiers if t.name == problem.meta.get("tier"))
 
 
 @TASKS.register("arithmetic")
-def arithmetic(seed: int = 0, n_train: int = 4000, n_val: int = 256, **params: object) -> ArithmeticTask:
+def arithmetic(seed: int = 0, n_train: int = 3000, n_val: int = 256, **params: object) -> ArithmeticTask:
     """An operand range given as params (``--set task.params.max_operands=2``) replaces the preset's tiers."""
     if "min_operands" in params or "max_operands" in params:
         params["tiers"] = None

@@ -21,6 +21,12 @@ the working in front of it shows them, and RL has a habit to remove (§2's early
 sign slips. Measured: the tiny model unlearns this one slowly, steadily over hundreds of steps rather than within
 ~50 as with the sign slips (docs/RESULTS.md, "Multi-task"). ``count`` is untouched. Problems, answers and grading
 are untouched; ``double_slip: 0`` gives correct demonstrations.
+
+**A single-decision habit** (``case_slip``, 0 by default): in ``rev`` and ``sort`` demonstrations the answer's
+first letter is capitalised with probability ``case_slip`` (``rev cabd=`` -> ``<think>d b a c</think>Dbac``),
+which exact grading counts wrong. The slip happens at one place, the first token after ``</think>``, as the
+arithmetic task's ``answer_slip`` does (which RL removes within ~80 steps); ``double_slip``'s slips hide among
+the letters of the copy. No preset uses it yet and no run has measured it.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ def _solve(op: str, word: str, letter: str, skip: Callable[[], bool] = lambda: F
 @dataclass
 class StringsTask(WorkedTask):
     """Registered as ``task.name: strings``. Params: ``ops`` (all three), ``min_len`` (3), ``max_len`` (8),
-    ``alphabet`` (``"abcdefgh"``), ``double_slip`` (0.6, the warm-up's habit; see the module docstring)."""
+    ``alphabet`` (``"abcdefgh"``), ``double_slip`` (0.6) and ``case_slip`` (0), the warm-up's habits (see the
+    module docstring)."""
 
     seed: int = 0
     n_train: int = 4000
@@ -66,6 +73,7 @@ class StringsTask(WorkedTask):
     max_len: int = 8
     alphabet: str = "abcdefgh"
     double_slip: float = 0.6
+    case_slip: float = 0.0
     name: str = "strings"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
@@ -78,8 +86,9 @@ class StringsTask(WorkedTask):
             raise UserError(f"task.params: need 1 <= min_len <= max_len <= 16, got {self.min_len}..{self.max_len}")
         if len(set(self.alphabet)) < 2 or not all("a" <= c <= "z" for c in self.alphabet):
             raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
-        if not 0.0 <= self.double_slip < 1.0:
-            raise UserError(f"task.params.double_slip must be in [0, 1), got {self.double_slip}")
+        for habit in ("double_slip", "case_slip"):
+            if not 0.0 <= getattr(self, habit) < 1.0:
+                raise UserError(f"task.params.{habit} must be in [0, 1), got {getattr(self, habit)}")
         self._val, self._train = self._draw()
 
     def _draw(self) -> tuple[list[Problem], list[Problem]]:
@@ -101,12 +110,15 @@ class StringsTask(WorkedTask):
 
     def demonstration(self, problem: Problem) -> str:
         """The working in ``<think>...</think>``, then the answer: correct, unless ``double_slip`` (see the module
-        docstring) drops doubled letters from the answer; the same problem always gets the same demonstration."""
-        if not self.double_slip:
+        docstring) drops doubled letters from the answer or ``case_slip`` capitalises its first letter; the same
+        problem always gets the same demonstration."""
+        if not self.double_slip and not self.case_slip:
             return super().demonstration(problem)
         rng = np.random.default_rng([self.seed, 0xD0B1, *problem.prompt.encode()])
         op, word = problem.meta["op"], problem.meta["word"]
         steps, answer = _solve(op, word, problem.meta.get("letter", ""), lambda: rng.random() < self.double_slip)
+        if op in ("rev", "sort") and rng.random() < self.case_slip:
+            answer = answer[:1].upper() + answer[1:]  # the working is lower case; the copy into the answer is not
         return f"{THINK}{' '.join(steps)}{END_THINK}{answer}"
 
 
