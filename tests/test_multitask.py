@@ -22,7 +22,7 @@ from scalerl.tasks.strings import StringsTask, _solve
 
 from test_pipeline import micro
 
-MIX = "task.mix=[{name: arithmetic, weight: 0.5, params: {max_operands: 4, sign_slip: 0.0}}, {name: strings, weight: 0.5, params: {max_len: 5, double_slip: 0.0}}]"
+MIX = "task.mix=[{name: arithmetic, weight: 0.5, params: {max_operands: 4, sign_slip: 0.0, answer_slip: 0.0}}, {name: strings, weight: 0.5, params: {max_len: 5, double_slip: 0.0}}]"
 DOWNSTREAM = "eval.downstream=[{name: long_arith, task: arithmetic, n: 8, params: {min_operands: 5, max_operands: 5}}]"
 
 

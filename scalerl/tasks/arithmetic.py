@@ -5,7 +5,8 @@ A prompt is an expression such as ``"7+5-9="``; the demonstrated completion work
 after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task); rewards (±1 by default, §3.0)
 come from the run config.
 
-**The testbed** (issue #11): the defaults are chosen so that a ScaleRL run on 2 cores traverses the sigmoid of §2
+**The testbed** (issue #11): the registered task's defaults (``task.name: arithmetic``; the class itself defaults
+to no tiers and no habit) are chosen so that a ScaleRL run on 2 cores traverses the sigmoid of §2
 within the demo's budget: it rises, passes Cmid and flattens at a ceiling below 1 whose reason the per-tier
 evaluation shows (``val/tier/<name>/pass_rate``). Two tiers (:data:`TESTBED_TIERS`):
 
@@ -68,6 +69,7 @@ TESTBED_TIERS: dict[str, dict[str, Any]] = {
     "three_operands": {"operands": [3, 3], "share": 0.8},
     "nine_operands": {"operands": [9, 9], "digits": 2, "share": 0.2, "taught": False},
 }
+TESTBED_ANSWER_SLIP = 0.9  # the habit RL removes (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -121,9 +123,9 @@ class ArithmeticTask(WorkedTask):
     max_operands: int = 5
     max_digits: int = 1
     subtraction: bool = True
-    tiers: dict[str, Any] | None = field(default_factory=lambda: {k: dict(v) for k, v in TESTBED_TIERS.items()})
+    tiers: dict[str, Any] | None = None
     sign_slip: float = 0.0
-    answer_slip: float = 0.9
+    answer_slip: float = 0.0
     name: str = "arithmetic"
     _train: list[Problem] = field(init=False, repr=False)
     _val: list[Problem] = field(init=False, repr=False)
@@ -188,7 +190,12 @@ class ArithmeticTask(WorkedTask):
 
 @TASKS.register("arithmetic")
 def arithmetic(seed: int = 0, n_train: int = 3000, n_val: int = 256, **params: object) -> ArithmeticTask:
-    """An operand range given as params (``--set task.params.max_operands=2``) replaces the preset's tiers."""
+    """The registered task (what configs build) is the testbed: :data:`TESTBED_TIERS` and ``answer_slip``
+    :data:`TESTBED_ANSWER_SLIP` unless given. An operand range given as params (``--set
+    task.params.max_operands=2``) replaces the tiers."""
     if "min_operands" in params or "max_operands" in params:
         params["tiers"] = None
+    else:
+        params.setdefault("tiers", {k: dict(v) for k, v in TESTBED_TIERS.items()})
+    params.setdefault("answer_slip", TESTBED_ANSWER_SLIP)
     return ArithmeticTask(seed=seed, n_train=n_train, n_val=n_val, **params)  # type: ignore[arg-type]
