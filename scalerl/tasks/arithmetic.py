@@ -61,15 +61,12 @@ def _steps(operands: list[int], ops: list[str], slip: Callable[[int], int] = lam
     return steps, acc
 
 
-# The testbed's tiers (issue #11; docs/RESULTS.md "The testbed"): three one-digit operands, which the warm-up
-# teaches to near-perfect skill, and nine two-digit operands, never taught, whose working (51+ tokens) is always
-# longer than the interruption's largest thinking budget (48), so the answer is a guess that almost never lands.
-# The ceiling is then the taught tier's share: RL removes the answer habit and has nothing more to gain.
+# The testbed (the module docstring; docs/RESULTS.md "The testbed")
 TESTBED_TIERS: dict[str, dict[str, Any]] = {
     "three_operands": {"operands": [3, 3], "share": 0.8},
     "nine_operands": {"operands": [9, 9], "digits": 2, "share": 0.2, "taught": False},
 }
-TESTBED_ANSWER_SLIP = 0.9  # the habit RL removes (see the module docstring)
+TESTBED_ANSWER_SLIP = 0.9
 
 
 @dataclass(frozen=True)
