@@ -39,12 +39,15 @@ def _make_task(name: str, params: dict[str, Any], where: str, **sizes: int) -> T
 
 def build_task(cfg: TaskConfig) -> Task:
     """The task named by ``cfg.name``, or with ``cfg.mix`` the mixture of the tasks it lists (each a domain)."""
-    sizes = {"seed": cfg.seed, "n_train": cfg.n_train, "n_val": cfg.n_val}
     if cfg.mix is None:
-        return _make_task(cfg.name, cfg.params, "task", **sizes)
+        return _make_task(cfg.name, cfg.params, "task", seed=cfg.seed, n_train=cfg.n_train, n_val=cfg.n_val)
     from scalerl.tasks.mixture import MixtureTask
 
-    return MixtureTask({e.name: _make_task(e.name, e.params, f"task.mix[{i}]", **sizes) for i, e in enumerate(cfg.mix)})
+    return MixtureTask({
+        e.name: _make_task(e.name, e.params, f"task.mix[{i}]", seed=cfg.seed,
+                           n_train=e.n_train or cfg.n_train, n_val=e.n_val or cfg.n_val)
+        for i, e in enumerate(cfg.mix)
+    })
 
 
 def build_curriculum(cfg: RunConfig, task: Task) -> Any:

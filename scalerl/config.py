@@ -65,6 +65,10 @@ class MixEntry(Named):
     points and flat past the ends. Weights are relative: each batch's shares are the weights over their sum."""
 
     weight: float | list[tuple[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]]] = Field(1.0)
+    # this domain's split sizes; None takes task.n_train / task.n_val. Its share of the warm-up's batches is its
+    # share of the demonstrations, so n_train also sets how much of the warm-up the domain gets
+    n_train: int | None = Field(None, ge=1)
+    n_val: int | None = Field(None, ge=1)
 
     @field_validator("weight")
     @classmethod

@@ -120,6 +120,11 @@ def test_end_of_run_summary_prints_the_bound_and_the_extrapolation_check(tmp_pat
     out = " ".join(capsys.readouterr().out.split())
     assert "A = 0.620 [0.580, 0.660] (95% interval)" in out
     assert "mean |error| 0.012, max 0.025" in out and "covers the full run's A" in out
+    domain = {**fit, "A": 0.97, "A_ci": [0.95, 0.99], "B": 2.5, "Cmid": 0.02, "R0": 0.4}
+    print_summary(tmp_path, {"fit": fit, "extrapolation": check, "domains": {"strings": domain, "code": None}})
+    out = " ".join(capsys.readouterr().out.split())
+    assert "domain strings: A = 0.970 [0.950, 0.990] (95% interval), B = 2.50, Cmid = 0.02, R0 = 0.400" in out
+    assert "domain code: too few evaluations to fit" in out
 
 
 def test_demo_checks_itself_against_the_issue_targets():
@@ -135,3 +140,22 @@ def test_demo_checks_itself_against_the_issue_targets():
     unidentified = {"fit": {"A": 1.0, "A_ci": [0.4, 1.0], "identified": False}, "extrapolation": {"note": "x"}}
     assert [ok for ok, _ in demo_checks(unidentified)] == [False, False, False]
     assert demo_checks({"fit": None}) == []
+    # a mixture: each domain's fit is checked as the overall one is (§5: one sigmoid per domain)
+    domains = {"arithmetic": good["fit"], "strings": wide["fit"], "code": None}
+    checks = demo_checks({**good, "domains": domains})
+    assert [ok for ok, _ in checks] == [True, True, True, True, True, True, False, False]
+    assert [what.split(":")[0] for _, what in checks[3:]] == ["arithmetic"] * 2 + ["strings"] * 2 + ["code"]
+
+
+def test_demo_runs_a_named_preset(monkeypatch, tmp_path):
+    import scalerl.pipeline.runner as runner
+    from scalerl.cli import main
+    from scalerl.commands.train import DEMO_STEPS
+
+    seen = []
+    monkeypatch.setattr(runner, "train", lambda cfg, out, resume, show_progress: seen.append(cfg) or {"fit": None})
+    main(["demo", "--preset", "multitask", "--out", str(tmp_path / "d"), "--quiet"])
+    main(["demo", "--preset", "multitask", "--out", str(tmp_path / "d"), "--quiet", "--steps", "7"])
+    assert seen[0].name == "multitask" and [e.name for e in seen[0].task.mix] == ["arithmetic", "strings"]
+    # the preset states its own budget, which the demo keeps unless --steps is given
+    assert [c.steps for c in seen] == [load_config("multitask").steps, 7] and seen[0].steps != DEMO_STEPS

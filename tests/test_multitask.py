@@ -149,6 +149,33 @@ def _sampler(weights, seed=0, n=200):
     return MixtureSampler(domains, funcs, lambda ids, s: algo_curriculum(CurriculumConfig(), ids, s), seed)
 
 
+def test_multitask_preset_builds_each_domain_with_a_one_token_habit_and_harder_downstream_sets():
+    """The preset's design (configs/multitask.yaml, docs/tasks.md): every domain's demonstrations are right in
+    the working and slip only in the answer; arithmetic keeps its untaught tier; the warm-up's batches are ~42%
+    arithmetic; the downstream sets hold problems longer than any the domain trains on."""
+    cfg = load_config("multitask")
+    task = build_task(cfg.task)
+    shown = {d: [(p, task.demonstration(p)) for p in ps] for d, ps in task.train_by_domain.items()}
+    demos = {d: [(p, demo) for p, demo in pairs if demo is not None] for d, pairs in shown.items()}
+    assert {p.meta["tier"] for p, demo in shown["arithmetic"] if demo is None} == {"nine_operands"}
+    assert len(demos["strings"]) == len(shown["strings"])  # strings has no untaught problems
+    share = len(demos["arithmetic"]) / sum(len(v) for v in demos.values())
+    assert abs(share - 0.42) < 0.01
+    wrong = {d: np.mean([not task.grade(p, demo) for p, demo in pairs]) for d, pairs in demos.items()}
+    assert abs(wrong["strings"] - 0.9 * 2 / 3) < 0.04  # case_slip 0.9 on rev and sort, two ops of three
+    assert 0.15 < wrong["arithmetic"] < 0.45  # answer_slip 0.9 on the negative results
+    for pairs in demos.values():
+        for p, demo in pairs[:200]:
+            clean = demo.split("</think>")[1]
+            assert clean.lower() == p.answer.lower() or clean == p.answer.lstrip("-")
+    longest = {"arithmetic": max(p.meta["operands"] for p, _ in demos["arithmetic"]),
+               "strings": max(p.meta["length"] for p, _ in demos["strings"])}
+    for name, (other, problems) in build_downstream(cfg, task).items():
+        key = "operands" if name == "long_arithmetic" else "length"
+        domain = "arithmetic" if key == "operands" else "strings"
+        assert min(p.meta[key] for p in problems) > longest[domain]
+
+
 def test_mixture_draws_domains_at_configured_rates():
     s = _sampler({"a": 1.0, "b": 3.0}, seed=7)
     picks = [pid.split(":")[0] for _ in range(400) for pid in s.next_ids(32)]
@@ -206,6 +233,17 @@ def test_mixture_task_problems_carry_their_domain():
     (other, problems), = build_downstream(cfg, task).values()
     assert len(problems) == 8 and all(p.meta["operands"] == 5 for p in problems)
     assert not {p.prompt for p in problems} & {p.prompt for p in task.train_problems()}
+
+
+def test_a_domain_may_bring_its_own_split_sizes():
+    """task.n_train / n_val apply per domain; a mix entry's own sizes replace them for that domain only."""
+    cfg = micro("task.n_train=40", "task.n_val=6", MIX.replace("{name: strings, weight: 0.5,",
+                                                             "{name: strings, weight: 0.5, n_train: 15, n_val: 3,"))
+    task = build_task(cfg.task)
+    assert {d: len(ps) for d, ps in task.train_by_domain.items()} == {"arithmetic": 40, "strings": 15}
+    assert [p.meta["domain"] for p in task.val_problems()] == ["arithmetic", "strings"] * 3 + ["arithmetic"] * 3
+    with pytest.raises(UserError, match="n_train"):
+        load_config(overrides=["task.mix=[{name: strings, n_train: 0}]"])
 
 
 # ---------------------------------------------------------------------------------------------- evaluation and fits
@@ -318,6 +356,12 @@ def test_report_shows_each_domain_fit_and_downstream_beside_validation(tmp_path)
     assert list(mixture.downstream) == ["long"]
     html = out.read_text()
     assert "Per-domain curves and downstream sets" in html
+    # the mixture's val/pass_rate averages two domains, arithmetic-only's one: the ranking says they do not compare
+    assert len([w for w in a.warnings if "validate on different tasks" in w]) == 1
+    assert "validate on different tasks" in html
+    _fake_run(tmp_path / "same" / "a", None)
+    _fake_run(tmp_path / "same" / "b", None)  # one task: no such warning
+    assert not any("different tasks" in w for w in write_report(tmp_path / "same", tmp_path / "s.html", quiet=True).warnings)
     assert html.count('src="data:image/png;base64,') == 4  # curves, slopes, per-domain, diagnostics
     for cell in ("<td class=l>strings</td>", "<td class=l>downstream: long</td>", "<b>0.450</b>"):
         assert cell in html
@@ -342,6 +386,13 @@ def test_fit_and_compare_read_a_domain_column(tmp_path, capsys):
     fit, = json.loads(capsys.readouterr().out)["fits"]
     assert fit["y"] == "val/strings/pass_rate" and fit["A"] == pytest.approx(0.45, abs=0.01)
     main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--y", "val/strings/pass_rate", "--json"])
-    first = json.loads(capsys.readouterr().out)["ranking"][0]
+    captured = capsys.readouterr()
+    first = json.loads(captured.out)["ranking"][0]
     assert first["source"] == str(tmp_path / "b" / "metrics.jsonl")  # b has the higher strings A
     assert first["A"] == pytest.approx(0.55, abs=0.01)
+    assert "different tasks" not in captured.err  # one column of the same task in both runs
+    main(["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
+    assert "different tasks" not in capsys.readouterr().err  # the same mixture: the overall rates compare
+    _fake_run(tmp_path / "alone", None)  # one domain alone against the mixture's average: they do not
+    main(["compare", str(tmp_path / "a"), str(tmp_path / "alone"), "--json"])
+    assert "validate on different tasks" in capsys.readouterr().err

@@ -294,7 +294,11 @@ def compare(
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
                       cmid_grid=cmid_grid)
     result = compare_fits(fits, margin=margin)
-    _print_warnings([w for f in fits for w in f.warnings] + result.warnings)
+    from scalerl.curves import DEFAULT_Y
+    from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks
+
+    mixed = [DIFFERENT_TASKS] if y == DEFAULT_Y and validate_on_different_tasks(paths) else []
+    _print_warnings([w for f in fits for w in f.warnings] + list(result.warnings) + mixed)
     if plot is not None:
         plot_fits(fits, plot)
     if slope_plot is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 import yaml
@@ -47,6 +48,7 @@ class Breakdown:
     mixture: bool
     domains: dict[str, tuple[curves.Series, curves.FitResult | None]]
     downstream: dict[str, curves.Series]
+    validation: str = ""  # what val/pass_rate averages over (the task config without n_train), to compare runs by
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,29 @@ def load_breakdown(run_dir: Path) -> Breakdown | None:
             downstream[d["name"]] = curves.load_series(run_dir, curves.DEFAULT_X, f"downstream/{d['name']}/pass_rate")
         except UserError:
             continue
-    return Breakdown(bool(mix), domains, downstream)
+    return Breakdown(bool(mix), domains, downstream, _validation(task))
+
+
+def _validation(task: dict[str, Any]) -> str:
+    """What a run's val/pass_rate averages over: its task config without n_train (which leaves the validation
+    split as it is)."""
+    return json.dumps({k: v for k, v in task.items() if k != "n_train"}, sort_keys=True, default=str)
+
+
+DIFFERENT_TASKS = ("these runs validate on different tasks (val/pass_rate averages over different problems), so "
+                   "their A and B do not compare; compare them domain by domain (--y val/<domain>/pass_rate)")
+
+
+def validate_on_different_tasks(paths: Iterable[Path]) -> bool:
+    """True when two of the run directories among ``paths`` (others are ignored) have different validation sets."""
+    seen = set()
+    for p in paths:
+        try:
+            cfg = yaml.safe_load((Path(p) / "config.yaml").read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        seen.add(_validation(cfg.get("task") or {}))
+    return len(seen) > 1
 
 
 def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
@@ -224,6 +248,8 @@ def _rank(a: Analysis) -> None:
         for item in cmp.ranked
     ]
     a.common_A, a.slope_fits, a.warnings = cmp.common_A, cmp.common_fits, list(cmp.warnings)
+    if len({r.breakdown.validation for r in a.runs if r.breakdown is not None}) > 1:
+        a.warnings.append(DIFFERENT_TASKS)
 
 
 def analyse(root: str | Path, margin: float = 0.02) -> Analysis:

@@ -25,8 +25,9 @@ are untouched; ``double_slip: 0`` gives correct demonstrations.
 **A single-decision habit** (``case_slip``, 0 by default): in ``rev`` and ``sort`` demonstrations the answer's
 first letter is capitalised with probability ``case_slip`` (``rev cabd=`` -> ``<think>d b a c</think>Dbac``),
 which exact grading counts wrong. The slip happens at one place, the first token after ``</think>``, as the
-arithmetic task's ``answer_slip`` does (which RL removes within ~80 steps); ``double_slip``'s slips hide among
-the letters of the copy. No preset uses it yet and no run has measured it.
+arithmetic task's ``answer_slip`` does; ``double_slip``'s slips hide among the letters of the copy. The
+``multitask`` preset uses it (0.9, words of 3-6 letters, ``double_slip`` 0): in the mixture RL removes it over
+~100 steps and the strings curve flattens near 0.97, identified (docs/RESULTS.md, "Multi-task").
 """
 
 from __future__ import annotations
