@@ -396,3 +396,30 @@ def test_fit_and_compare_read_a_domain_column(tmp_path, capsys):
     _fake_run(tmp_path / "alone", None)  # one domain alone against the mixture's average: they do not
     main(["compare", str(tmp_path / "a"), str(tmp_path / "alone"), "--json"])
     assert "validate on different tasks" in capsys.readouterr().err
+
+
+def test_runs_differ_in_validation_only_when_their_tasks_do(tmp_path):
+    """Weights, training sizes and training-only params leave the validation set alone; another task, another
+    domain set, another validation size or seed do not."""
+    import yaml
+
+    from scalerl.experiments.analysis import validate_on_different_tasks
+
+    mix = [{"name": "arithmetic", "weight": 0.5}, {"name": "strings", "weight": 0.5}]
+    variants = {
+        "base": {"mix": mix, "n_val": 256, "seed": 0},
+        "weights": {"mix": [{**mix[0], "weight": 0.8}, {**mix[1], "weight": 0.2, "n_train": 9}], "n_val": 256,
+                    "seed": 0, "n_train": 100},
+        "single": {"name": "arithmetic", "n_val": 256, "seed": 0},
+        "habit": {"name": "arithmetic", "params": {"answer_slip": 0.0}, "n_val": 256, "seed": 0},
+        "fewer_val": {"mix": [mix[0], {**mix[1], "n_val": 64}], "n_val": 256, "seed": 0},
+        "seed": {"mix": mix, "n_val": 256, "seed": 3},
+    }
+    for name, task in variants.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.yaml").write_text(yaml.safe_dump({"task": task}))
+    differs = lambda *names: validate_on_different_tasks([tmp_path / n for n in names])  # noqa: E731
+    assert not differs("base", "weights") and not differs("single", "habit")
+    assert not differs("base", "missing")  # a path without config.yaml is not counted
+    for other in ("single", "fewer_val", "seed"):
+        assert differs("base", other), other

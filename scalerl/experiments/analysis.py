@@ -48,7 +48,7 @@ class Breakdown:
     mixture: bool
     domains: dict[str, tuple[curves.Series, curves.FitResult | None]]
     downstream: dict[str, curves.Series]
-    validation: str = ""  # what val/pass_rate averages over (the task config without n_train), to compare runs by
+    validation: str = ""  # which tasks val/pass_rate averages over (see _validation), to compare runs by
 
 
 @dataclass(frozen=True)
@@ -202,9 +202,13 @@ def load_breakdown(run_dir: Path) -> Breakdown | None:
 
 
 def _validation(task: dict[str, Any]) -> str:
-    """What a run's val/pass_rate averages over: its task config without n_train (which leaves the validation
-    split as it is)."""
-    return json.dumps({k: v for k, v in task.items() if k != "n_train"}, sort_keys=True, default=str)
+    """Which tasks a run's val/pass_rate averages over: each domain's name and validation size, and the seed.
+    Mixture weights, training sizes and a task's params (often training-only, as its habits are) are left out,
+    so that a sweep over them is not told its runs differ."""
+    n_val = task.get("n_val")
+    domains = ([(e.get("name"), e.get("n_val") or n_val) for e in task["mix"]] if task.get("mix")
+               else [(task.get("name"), n_val)])
+    return json.dumps([sorted(domains, key=str), task.get("seed")], default=str)
 
 
 DIFFERENT_TASKS = ("these runs validate on different tasks (val/pass_rate averages over different problems), so "
