@@ -298,7 +298,7 @@ def compare(
     from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks
 
     mixed = [DIFFERENT_TASKS] if y == DEFAULT_Y and validate_on_different_tasks(paths) else []
-    _print_warnings([w for f in fits for w in f.warnings] + list(result.warnings) + mixed)
+    _print_warnings([w for f in fits for w in f.warnings] + result.warnings + mixed)
     if plot is not None:
         plot_fits(fits, plot)
     if slope_plot is not None:

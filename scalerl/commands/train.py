@@ -86,6 +86,16 @@ def backend_overrides(backend: str | None, address: str | None) -> list[str]:
     return sets
 
 
+def _fit_line(fit: dict, unit: str = "") -> str:
+    """A fit of ``fit.json`` in one line (rich markup): A (yellow while not identified), B, Cmid, R0."""
+    from scalerl.forecast import describe_fit
+
+    asymptote = describe_fit(fit) + (" (95% interval)" if fit["identified"] else "")
+    if not fit["identified"]:
+        asymptote = f"[yellow]{asymptote}[/yellow]"
+    return f"{asymptote}, B = {fit['B']:.2f}, Cmid = {fit['Cmid']:.4g}{unit}, R0 = {fit['R0']:.3f}"
+
+
 def print_summary(out: Path, summary: dict) -> None:
     """The run's outcome on stdout: where the files are and the fitted forecast."""
     from rich.console import Console
@@ -96,19 +106,9 @@ def print_summary(out: Path, summary: dict) -> None:
     if fit is None:
         console.print(f"no forecast: {summary.get('points', 0)} evaluation points are too few to fit the curve")
         return
-    from scalerl.forecast import describe_fit
-
-    asymptote = describe_fit(fit) + (" (95% interval)" if fit["identified"] else "")
-    if not fit["identified"]:
-        asymptote = f"[yellow]{asymptote}[/yellow]"
-    console.print(
-        f"forecast: {asymptote}, B = {fit['B']:.2f}, Cmid = {fit['Cmid']:.4g} {fit['x']}, R0 = {fit['R0']:.3f}"
-    )
+    console.print(f"forecast: {_fit_line(fit, ' ' + fit['x'])}")
     for domain, domain_fit in (summary.get("domains") or {}).items():
-        console.print(f"  domain {domain}: " + (
-            "too few evaluations to fit" if domain_fit is None
-            else f"{describe_fit(domain_fit)}{' (95% interval)' if domain_fit['identified'] else ''}, "
-                 f"B = {domain_fit['B']:.2f}, Cmid = {domain_fit['Cmid']:.4g}, R0 = {domain_fit['R0']:.3f}"))
+        console.print(f"  domain {domain}: {_fit_line(domain_fit) if domain_fit else 'too few evaluations to fit'}")
     check = summary.get("extrapolation") or {}
     if "mean_abs_err" in check:
         covers = {True: "the half fit's interval on A covers the full run's A",
@@ -194,10 +194,8 @@ def register(app: typer.Typer) -> None:
 
         check_writable_dir(out, "--out")
         cfg = config_from_cli(preset, None, [f"max_minutes={minutes}", *set_])
-        if steps is None and "steps" not in cfg.model_fields_set:  # a preset that states its budget keeps it
-            steps = DEMO_STEPS
-        if steps is not None:
-            cfg = config_from_cli(preset, None, [f"max_minutes={minutes}", f"steps={steps}", *set_])
+        if steps is not None or "steps" not in cfg.model_fields_set:  # a preset that states its budget keeps it
+            cfg = config_from_cli(preset, None, [f"max_minutes={minutes}", f"steps={steps or DEMO_STEPS}", *set_])
         if out == Path(DEMO_OUT) and out.exists():
             shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted
         summary = run_train(cfg, out, resume=False, show_progress=not quiet)

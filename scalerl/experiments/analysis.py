@@ -177,9 +177,8 @@ def _try_fit(s: curves.Series) -> curves.FitResult | None:
 
 def load_breakdown(run_dir: Path) -> Breakdown | None:
     """The run's per-domain and downstream curves, named by its ``config.yaml`` (None without one)."""
-    try:
-        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
-    except (OSError, yaml.YAMLError):
+    cfg = _run_config(run_dir)
+    if cfg is None:
         return None
     task, evals = cfg.get("task") or {}, cfg.get("eval") or {}
     mix = task.get("mix")
@@ -217,14 +216,16 @@ DIFFERENT_TASKS = ("these runs validate on different tasks (val/pass_rate averag
 
 def validate_on_different_tasks(paths: Iterable[Path]) -> bool:
     """True when two of the run directories among ``paths`` (others are ignored) have different validation sets."""
-    seen = set()
-    for p in paths:
-        try:
-            cfg = yaml.safe_load((Path(p) / "config.yaml").read_text()) or {}
-        except (OSError, yaml.YAMLError):
-            continue
-        seen.add(_validation(cfg.get("task") or {}))
-    return len(seen) > 1
+    configs = (_run_config(Path(p)) for p in paths)
+    return len({_validation(cfg.get("task") or {}) for cfg in configs if cfg is not None}) > 1
+
+
+def _run_config(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``config.yaml`` as written (no validation: older runs stay readable); None without one."""
+    try:
+        return yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
 
 
 def analyse_run(run_dir: Path, name: str) -> RunAnalysis:

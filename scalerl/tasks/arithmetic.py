@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scalerl.errors import UserError
+from scalerl.errors import UserError, check_number
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
@@ -136,8 +136,7 @@ class ArithmeticTask(WorkedTask):
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
         for habit in ("sign_slip", "answer_slip"):
-            if not 0.0 <= getattr(self, habit) < 1.0:
-                raise UserError(f"task.params.{habit} must be in [0, 1), got {getattr(self, habit)}")
+            check_number(f"task.params.{habit}", getattr(self, habit), 0.0, 1.0, high_open=True)
         self._tiers = (
             _tiers(self.tiers, self.max_digits) if self.tiers is not None
             else [Tier("all", (self.min_operands, self.max_operands), self.max_digits, 1.0)]

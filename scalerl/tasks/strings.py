@@ -37,7 +37,7 @@ from typing import Callable
 
 import numpy as np
 
-from scalerl.errors import UserError
+from scalerl.errors import UserError, check_number
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
@@ -88,8 +88,7 @@ class StringsTask(WorkedTask):
         if len(set(self.alphabet)) < 2 or not all("a" <= c <= "z" for c in self.alphabet):
             raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
         for habit in ("double_slip", "case_slip"):
-            if not 0.0 <= getattr(self, habit) < 1.0:
-                raise UserError(f"task.params.{habit} must be in [0, 1), got {getattr(self, habit)}")
+            check_number(f"task.params.{habit}", getattr(self, habit), 0.0, 1.0, high_open=True)
         self._val, self._train = self._draw()
 
     def _draw(self) -> tuple[list[Problem], list[Problem]]:
