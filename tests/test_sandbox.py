@@ -20,6 +20,7 @@ import pytest
 from scalerl.config import RewardConfig
 from scalerl.tasks.base import Problem
 from scalerl.tasks.code import CodeGrader, parse_tests
+from scalerl.tasks.registry import TASKS
 from scalerl.tasks.sandbox import SANDBOX_ENV, SandboxLimits, _probe_bubblewrap, run_python
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's OS layer is Linux-only")
@@ -33,8 +34,13 @@ def sandbox_mode(request, monkeypatch) -> str:
     monkeypatch.setenv(SANDBOX_ENV, request.param)
     return request.param
 
+TASKS_CODE = TASKS.get("code")
+CODE_EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tasks" / "code_tiny.jsonl"
 HOSTILE = SandboxLimits(cpu_seconds=1, wall_seconds=20, memory_mb=256, max_processes=8)
 QUICK = SandboxLimits(cpu_seconds=1, wall_seconds=2, memory_mb=256, max_processes=8)
+# for programs that must run to their end: a margin of many times their CPU time on any machine, so that no
+# verdict below depends on the machine's speed (HOSTILE and QUICK are only for programs that must be stopped)
+ROOMY = SandboxLimits(cpu_seconds=20, wall_seconds=120, memory_mb=256, max_processes=8)
 
 
 @pytest.fixture
@@ -121,6 +127,77 @@ def test_bad_limits_are_user_errors():
         SandboxLimits(cpu_seconds=0)
     with pytest.raises(UserError, match="wall_seconds"):
         SandboxLimits(wall_seconds=0)
+
+
+# ------------------------------------------------------------------------------------------------ where it lives
+
+PACKAGE = Path(__file__).resolve().parent.parent / "scalerl"
+PROBE = ("import sys, scalerl.tasks.sandbox as s\n"
+         "r = s.run_python('import json; print(json.dumps([1, 2]))', s.SandboxLimits(cpu_seconds=20, wall_seconds=120))\n"
+         "print(s.__file__)\nprint(r.reason)\nsys.exit(0 if r.passed and r.stdout.strip() == '[1, 2]' else 1)")
+
+
+def run_from_copy(parent: Path, *, read_only: bool = False) -> None:
+    """Copy the package under ``parent``, import it from there in a fresh interpreter and run a program in the
+    sandbox (in this test's mode, which the environment carries)."""
+    import shutil
+    import subprocess
+
+    shutil.copytree(PACKAGE, parent / "scalerl", ignore=shutil.ignore_patterns("__pycache__"))
+    if read_only:  # like site-packages owned by another user: nothing of it writable to us, nor to the sandbox
+        for path in [parent, *parent.rglob("*")]:
+            if os.geteuid() == 0:
+                os.chown(path, 65534, 65534)
+            os.chmod(path, 0o555 if path.is_dir() else 0o444)
+    try:
+        done = subprocess.run([sys.executable, "-B", "-c", PROBE], cwd=parent, capture_output=True, text=True,
+                              timeout=300, env={**os.environ, "PYTHONPATH": str(parent)})
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.splitlines()[0] == str(parent / "scalerl" / "tasks" / "sandbox.py")  # the copy ran
+    finally:
+        if read_only:
+            for path in [parent, *parent.rglob("*")]:
+                os.chmod(path, 0o755)
+
+
+@pytest.mark.parametrize("where", ["tmp", "closed home", "spaces", "read-only"])
+def test_the_sandbox_works_wherever_the_package_lives(tmp_path, where):
+    # /tmp is replaced by an empty tmpfs inside the sandbox and a directory other users may not enter (a home
+    # such as /root) is hidden: a launcher that opened the package's files by path failed in both (issue 25)
+    parent = tmp_path / {"tmp": "clone", "closed home": "home/user/clone", "spaces": "my projects/a clone",
+                         "read-only": "site-packages"}[where]
+    parent.mkdir(parents=True)
+    if where == "closed home":
+        (tmp_path / "home" / "user").chmod(0o700)
+    run_from_copy(parent, read_only=where == "read-only")
+
+
+def test_the_sandbox_works_from_the_real_home_directory():
+    home = Path.home()
+    if not os.access(home, os.W_OK):
+        pytest.skip(f"the home directory {home} is not writable here")
+    parent = Path(tempfile.mkdtemp(prefix="scalerl-sandbox-home-", dir=home))
+    try:
+        run_from_copy(parent)
+    finally:
+        import shutil
+
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_sandbox_that_cannot_start_is_one_error_at_start_up(monkeypatch):
+    # a code task must refuse to start rather than grade every sample -1 (issue 25)
+    from scalerl.errors import UserError
+    from scalerl.tasks import sandbox
+
+    monkeypatch.setattr(sandbox, "child_source", lambda: "raise SystemExit('cannot set up')")
+    sandbox._check_starts.cache_clear()
+    try:
+        assert "sandbox setup failed" in run_python("pass").reason
+        with pytest.raises(UserError, match="the code sandbox cannot run a program here"):
+            TASKS_CODE(seed=0, n_train=2, n_val=1, path=str(CODE_EXAMPLE))
+    finally:
+        sandbox._check_starts.cache_clear()
 
 
 # ------------------------------------------------------------------------------------------------ hostile
@@ -344,7 +421,7 @@ def reward(code: str) -> float:
     return RewardConfig().correct if verdict else RewardConfig().incorrect
 
 
-HOSTILE_GRADING = SandboxLimits(cpu_seconds=2, wall_seconds=10, memory_mb=256, max_processes=8)
+HOSTILE_GRADING = SandboxLimits(cpu_seconds=20, wall_seconds=120, memory_mb=256, max_processes=8)  # see ROOMY
 ESCAPE_CASES = [(c, v, b) for c, variants in ESCAPES.items() for v in variants for b in ("hook", "gc-refuse")]
 
 
@@ -380,7 +457,7 @@ def test_the_gc_bypass_is_real(bypass):
     # the hook refuses listing /proc; once disarmed from Python, it no longer does: the rest is the OS layer
     program = "import os\nprint(len(os.listdir('/proc')) > 0)"
     assert "listing /proc is not allowed" in run_python(program, HOSTILE).reason
-    result = run_python(bypass + program, HOSTILE)
+    result = run_python(bypass + program, ROOMY)
     assert result.passed and "DISARMED 1" in result.stdout and "True" in result.stdout, result.stdout
 
 
@@ -467,7 +544,7 @@ def test_cheats_get_reward_minus_one(name, bypass):
 def test_the_tests_are_not_in_the_solutions_view():
     sample = BYPASS_REFUSE + "sources = []\n" + "\n".join(READ_TESTS.values()).replace("sources = ", "sources += ")
     sample += READ_TESTS_TAIL
-    result = run_python("import solution", HOSTILE, files={"solution.py": sample, "tests.py": "assert add(2, 3) == 5"})
+    result = run_python("import solution", ROOMY, files={"solution.py": sample, "tests.py": "assert add(2, 3) == 5"})
     assert result.passed and "FOUND 1" in result.stdout, result.stdout  # the search works when the tests are there
     assert reward(sample) == -1.0  # and finds nothing when graded
 

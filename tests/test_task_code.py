@@ -18,7 +18,7 @@ from scalerl.tasks.sandbox import SandboxLimits
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's OS layer is Linux-only")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
-LIMITS = SandboxLimits(cpu_seconds=1, wall_seconds=10, memory_mb=256)
+LIMITS = SandboxLimits(cpu_seconds=10, wall_seconds=60, memory_mb=256)  # margin: no verdict depends on speed
 
 SOLUTIONS = {
     "add": "def add(a, b):\n    return a + b\n",
@@ -31,7 +31,7 @@ SOLUTIONS = {
 
 @pytest.fixture(scope="module")
 def task():
-    return TASKS.get("code")(seed=0, n_train=10, n_val=1, path=str(EXAMPLES / "code_tiny.jsonl"), cpu_seconds=1)
+    return TASKS.get("code")(seed=0, n_train=10, n_val=1, path=str(EXAMPLES / "code_tiny.jsonl"), cpu_seconds=3)
 
 
 def problems(task) -> dict:

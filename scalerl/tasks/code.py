@@ -36,7 +36,7 @@ from scalerl.tasks.base import Problem
 from scalerl.tasks.files import StaticTask, field_of, file_problems, format_prompt, record_id, resolve_template
 from scalerl.tasks.files import validate_params
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.sandbox import SandboxLimits, SandboxResult, describe_isolation, run_python
+from scalerl.tasks.sandbox import SandboxLimits, SandboxResult, check_sandbox_starts, describe_isolation, run_python
 
 PROMPT_FIELDS = ("prompt", "question", "problem")
 TESTS_FIELDS = ("tests", "test", "test_cases", "input_output")
@@ -183,7 +183,8 @@ def make_code_task(*, seed: int = 0, n_train: int = 4000, n_val: int = 256, **pa
     limits = SandboxLimits(
         cpu_seconds=p.cpu_seconds, wall_seconds=p.wall_seconds, memory_mb=p.memory_mb, site_packages=p.site_packages
     )
-    print(describe_isolation(), file=sys.stderr)  # the run's log names the active sandbox layer
     make = functools.partial(_code_problem, resolve_template(p.template))
     train, val = file_problems(p.path, p.val_path, seed, n_train, n_val, make)
+    check_sandbox_starts()  # a sandbox that cannot start is one error now, not reward -1 on every sample
+    print(describe_isolation(), file=sys.stderr)  # the run's log names the active sandbox layer
     return StaticTask("code", train, val, CodeGrader(limits))

@@ -6,7 +6,7 @@ read secrets or the tests). The sandbox keeps the *host* intact on Linux; the gr
 keeps the *verdict* honest by running the tests in a second sandbox. Layers, none of which depends on Python:
 
   * bubblewrap (``bwrap``), when a probe run succeeds (``SCALERL_SANDBOX``: auto | bwrap | fallback): a new
-    root holding only /usr, the interpreter's files and this launcher, read-only; the working directory is the
+    root holding only /usr and the interpreter's files, read-only; the working directory is the
     only writable place; empty private /tmp; fresh /proc and /dev; new PID, network, IPC and UTS namespaces.
   * Fallback without it: new mount, PID and network namespaces (as root, or inside a user namespace); an empty
     private tmpfs over /tmp, /var/tmp, /dev/shm and over directories other users may not enter on the way to
@@ -41,7 +41,7 @@ in the program's own process, so a program that grades itself can be fooled by i
 relies on it for a solution: the tests run in another sandbox (see ``scalerl.tasks.code``).
 
 Layout: the first half of this file is the child's launcher program, run once per sandboxed run as
-``python -I -S sandbox.py CFG_FD STATUS_FD`` (under bubblewrap when it is used); it imports only a few cheap
+``python -I -S -c CHILD_SOURCE CFG_FD STATUS_FD`` (under bubblewrap when it is used); it imports only a few cheap
 standard modules, so start-up stays short, and hands the same child half to the worker. The host-side API
 (``run_python``, ``SandboxLimits``, ``SandboxResult``, ``describe_isolation``) follows its entry point.
 """
@@ -59,7 +59,7 @@ SETUP_FAILED = 125  # the worker's exit status when the sandbox could not be set
 CPU_EXIT = 128 + signal.SIGXCPU  # the worker's exit status when its CPU time ran out
 
 # ============================================================================ child side
-# This part runs in the launcher process `python -I -S sandbox.py CFG_FD STATUS_FD`, started by the host
+# This part runs in the launcher process `python -I -S -c CHILD_SOURCE CFG_FD STATUS_FD`, started by the host
 # in a new session. The launcher sets up namespaces, forks the worker, waits for it and reports its exit status
 # and CPU time on STATUS_FD. The worker drops privileges, applies the limits, installs the audit hook and runs
 # main.py.
@@ -419,8 +419,7 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
         layers += ["no_caps", "no_new_privs"]
     if cfg["audit_hook"]:
         layers.append("audit_hook")
-    with open(__file__, encoding="utf-8") as fh:  # the child side only: the worker has no scalerl to import
-        source = fh.read().split(HOST_SIDE)[0]
+    source = cfg.pop("child_source")  # handed over by the host: the child finds nothing of scalerl by path
     payload_r, payload_w = os.pipe()
     worker = os.fork()
     if worker == 0:
@@ -555,6 +554,7 @@ def run_python(
             "memory": limits.memory_mb << 20, "fsize": limits.file_size_mb << 20, "fds": list(pass_fds),
             "nproc": limits.max_processes, "nofile": limits.max_open_files, "bwrap": BWRAP_LAYERS if bwrap else [],
             "site_packages": limits.site_packages, "bind_roots": _bind_roots(read_roots),
+            "child_source": child_source(),
         }
         prefix = _bwrap_command(bwrap, config["work"], read_roots) if bwrap else []
     except BaseException:
@@ -577,7 +577,7 @@ def _launch(host_dir: Path, work: Path, config: dict[str, Any], limits: SandboxL
     cfg_r, cfg_w = os.pipe()
     status_r, status_w = os.pipe()
     command = [*prefix, sys.executable, "-I", "-B", "-u", *([] if limits.site_packages else ["-S"])]
-    command += [LAUNCHER, str(cfg_r), str(status_w)]
+    command += ["-c", child_source(), str(cfg_r), str(status_w)]
     started = time.monotonic()
     try:
         try:
@@ -725,7 +725,18 @@ def _read_roots(site_packages: bool) -> list[str]:
     return sorted({os.path.realpath(paths[n]) for n in names if n in paths})
 
 
-LAUNCHER = os.path.abspath(__file__)
+@lru_cache(maxsize=1)
+def child_source() -> str:
+    """The child half of this file: the launcher program, run as ``python -c SOURCE`` and handed on to the worker
+    through the config pipe. Read here, on the host, once: the child never opens a file of the package, so the
+    sandbox works wherever the package lives (a home directory or /tmp that the sandbox hides, a path with spaces,
+    a read-only install)."""
+    text = Path(__file__).read_text(encoding="utf-8")
+    if HOST_SIDE not in text:
+        raise RuntimeError(f"{__file__}: the host-side marker is missing")
+    return text.split(HOST_SIDE)[0]
+
+
 # what bubblewrap gives (see _bwrap_command); named in SandboxResult.isolation
 BWRAP_LAYERS = ["bwrap", "mountns", "ro_root", "private_tmp", "netns", "pidns", "ipcns", "utsns"]
 SANDBOX_ENV = "SCALERL_SANDBOX"  # auto (default): bubblewrap when it runs here; bwrap: require it; fallback
@@ -764,6 +775,20 @@ def _probe_bubblewrap() -> tuple[str | None, str]:
     return path, ""
 
 
+def check_sandbox_starts() -> None:
+    """Raise a :class:`UserError` (one line, exit 2 at start-up) when the sandbox cannot run a program here at
+    all, so that a code task fails before training instead of grading every sample as a failure."""
+    _check_starts(os.environ.get(SANDBOX_ENV, "auto").strip().lower() or "auto")
+
+
+@lru_cache(maxsize=4)
+def _check_starts(choice: str) -> None:
+    result = run_python("pass", SandboxLimits(cpu_seconds=10, wall_seconds=60))
+    if not result.passed:
+        raise UserError(f"the code sandbox cannot run a program here ({result.reason}); "
+                        f"try {SANDBOX_ENV}=fallback, or install the Debian package bubblewrap")
+
+
 def describe_isolation() -> str:
     """One line for the run's log: which sandbox layer is active here."""
     path, problem = _probe_bubblewrap()
@@ -785,7 +810,7 @@ def _bind_roots(read_roots: list[str]) -> list[str]:
 
 def _bwrap_command(bwrap: str, work: str, read_roots: list[str]) -> list[str]:
     """bubblewrap's command line: a new root holding only /usr (and its /bin, /lib... links), the interpreter's
-    files and this launcher, all read-only; the working directory read-write; fresh /proc, /dev and an empty
+    files, all read-only (the launcher program comes on its command line); the working directory read-write; fresh /proc, /dev and an empty
     private /tmp; new PID, network, IPC and UTS namespaces. As root the launcher keeps its capabilities long
     enough to switch the code to its own uid and drop them all; otherwise a user namespace without any."""
     command = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -799,8 +824,6 @@ def _bwrap_command(bwrap: str, work: str, read_roots: list[str]) -> list[str]:
             command += ["--ro-bind", name, name]
     command += ["--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache"]
     binds = [path for path in _bind_roots(read_roots) if not path.startswith("/usr/")]
-    if not any(LAUNCHER.startswith(b + "/") for b in ["/usr", *binds]):
-        binds.append(LAUNCHER)
     command += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/var/tmp"]
     parents = sorted({os.path.dirname(p) for p in [*binds, work]})
     for parent in sorted({"/".join(p.split("/")[:i]) for p in parents for i in range(2, p.count("/") + 2)}):
