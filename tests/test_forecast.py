@@ -98,8 +98,10 @@ def test_demo_budget_is_steps_with_a_time_cap_as_safety_net(monkeypatch, tmp_pat
         return {"fit": None, "points": 0}
 
     monkeypatch.setattr(runner, "train", fake_train)
-    main(["demo", "--out", str(tmp_path / "d"), "--quiet"])
-    main(["demo", "--out", str(tmp_path / "d"), "--quiet", "--steps", "40", "--minutes", "2"])
+    for args in ([], ["--steps", "40", "--minutes", "2"]):
+        with pytest.raises(SystemExit) as exit_:  # no fit: the demo's checks fail, and its exit status says so
+            main(["demo", "--out", str(tmp_path / "d"), "--quiet", *args])
+        assert exit_.value.code == 1
     assert [(c.steps, c.max_minutes) for c in seen] == [(DEMO_STEPS, DEMO_SAFETY_MINUTES), (40, 2.0)]
     assert seen[0].name == load_config("scalerl").name  # the demo runs the scalerl preset
 
@@ -147,6 +149,23 @@ def test_demo_checks_itself_against_the_issue_targets():
     assert [what.split(":")[0] for _, what in checks[3:]] == ["arithmetic"] * 2 + ["strings"] * 2 + ["code"]
 
 
+def test_a_demo_whose_checks_fail_exits_non_zero(monkeypatch, tmp_path, capsys):
+    import scalerl.pipeline.runner as runner
+    from scalerl.cli import main
+
+    good = {"fit": {"A": 0.62, "A_ci": [0.58, 0.66], "identified": True, "B": 2.0, "Cmid": 1.0, "R0": 0.3,
+                    "fit_window": [0.1, 2.0], "x": "compute/device_hours"},
+            "extrapolation": {"n": 5, "mean_abs_err": 0.01, "max_abs_err": 0.02, "end_pred": 0.61, "end_true": 0.595,
+                              "covers_full_A": True}}
+    wide = {**good, "fit": {**good["fit"], "A_ci": [0.5, 0.7]}}
+    monkeypatch.setattr(runner, "train", lambda cfg, out, resume, show_progress: good)
+    main(["demo", "--out", str(tmp_path / "d"), "--quiet"])  # every check passes: exit 0 (no SystemExit)
+    monkeypatch.setattr(runner, "train", lambda cfg, out, resume, show_progress: wide)
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--out", str(tmp_path / "d"), "--quiet"])
+    assert exit_.value.code == 1 and "demo: 1 of 3 checks failed" in capsys.readouterr().err
+
+
 def test_demo_runs_a_named_preset(monkeypatch, tmp_path):
     import scalerl.pipeline.runner as runner
     from scalerl.cli import main
@@ -154,8 +173,9 @@ def test_demo_runs_a_named_preset(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(runner, "train", lambda cfg, out, resume, show_progress: seen.append(cfg) or {"fit": None})
-    main(["demo", "--preset", "multitask", "--out", str(tmp_path / "d"), "--quiet"])
-    main(["demo", "--preset", "multitask", "--out", str(tmp_path / "d"), "--quiet", "--steps", "7"])
+    for args in ([], ["--steps", "7"]):
+        with pytest.raises(SystemExit):
+            main(["demo", "--preset", "multitask", "--out", str(tmp_path / "d"), "--quiet", *args])
     assert seen[0].name == "multitask" and [e.name for e in seen[0].task.mix] == ["arithmetic", "strings"]
     # the preset states its own budget, which the demo keeps unless --steps is given
     assert [c.steps for c in seen] == [load_config("multitask").steps, 7] and seen[0].steps != DEMO_STEPS

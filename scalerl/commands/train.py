@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -202,5 +203,10 @@ def register(app: typer.Typer) -> None:
         print_summary(out, summary)
         from rich.console import Console
 
-        for ok, what in demo_checks(summary):
+        checks = demo_checks(summary) or [(False, "the run produced no fit to check (too few evaluations)")]
+        for ok, what in checks:
             Console().print(f"check: {'[green]pass[/green]' if ok else '[red]FAIL[/red]'}  {what}")
+        failed = sum(not ok for ok, _ in checks)
+        if failed:  # a script or CI must notice a demo that did not show what it promises (issue 31)
+            print(f"demo: {failed} of {len(checks)} checks failed", file=sys.stderr)
+            raise typer.Exit(1)
