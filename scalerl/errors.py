@@ -26,7 +26,7 @@ def read_user_text(path: str | os.PathLike[str], what: str = "file") -> str:
     cannot be read: missing, a directory, unreadable, or not UTF-8."""
     p = Path(path)
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")  # a byte-order mark (some editors write one) is not content
     except FileNotFoundError:
         raise UserError(f"{what} not found: {p}") from None
     except IsADirectoryError:
@@ -37,6 +37,22 @@ def read_user_text(path: str | os.PathLike[str], what: str = "file") -> str:
         raise UserError(f"{what} {p} is not UTF-8 text (byte {exc.start}); convert it to UTF-8") from None
     except OSError as exc:
         raise UserError(f"{what} {p} cannot be read ({exc.strerror})") from None
+
+
+def _check_name_lengths(target: Path, what: str) -> None:
+    """Each name in ``target`` and the whole path fit the file system's limits (255 bytes a name on Linux)."""
+    limit, path_limit = 255, 4096
+    try:
+        limit, path_limit = os.pathconf("/", "PC_NAME_MAX"), os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):
+        pass
+    for name in target.parts:
+        if len(os.fsencode(name)) > limit:
+            raise UserError(f"{what} {str(target)[:80]}...: the name {name[:40]}... is longer than the file system "
+                            f"allows ({limit} bytes); choose a shorter one")
+    if len(os.fsencode(str(target.absolute()))) >= path_limit:
+        raise UserError(f"{what} {str(target)[:80]}...: the path is longer than the file system allows "
+                        f"({path_limit} bytes); choose a shorter one")
 
 
 def _probe_dir(directory: Path, what: str, target: Path) -> None:
@@ -59,6 +75,7 @@ def _probe_dir(directory: Path, what: str, target: Path) -> None:
 def check_writable_file(path: str | os.PathLike[str], what: str = "output") -> None:
     """Before any work starts: ``path`` can be written as a file (not a directory, in a writable place)."""
     p = Path(path)
+    _check_name_lengths(p, what)
     if p.is_dir():
         raise UserError(f"{what} {p} is a directory; give a file name")
     if p.exists() and not os.access(p, os.W_OK):
@@ -69,6 +86,7 @@ def check_writable_file(path: str | os.PathLike[str], what: str = "output") -> N
 def check_writable_dir(path: str | os.PathLike[str], what: str = "--out") -> None:
     """Before any work starts: ``path`` is (or can be made) a directory where files can be created."""
     p = Path(path)
+    _check_name_lengths(p, what)
     if p.exists() and not p.is_dir():
         raise UserError(f"{what} {p} is a file, not a directory; choose another path")
     _probe_dir(p, what, p)

@@ -214,3 +214,18 @@ def test_reasoning_gym_bad_dataset_is_a_user_error():
         TASKS.get("reasoning_gym")(seed=0, n_train=2, n_val=1, dataset="no_such_dataset")
     with pytest.raises(UserError, match="bogus"):
         TASKS.get("reasoning_gym")(seed=0, n_train=2, n_val=1, dataset="basic_arithmetic", dataset_config={"bogus": 1})
+
+
+def test_a_byte_order_mark_is_not_content(tmp_path):
+    # editors on some systems start UTF-8 files with a BOM: the data, configs and logs read the same without it
+    from scalerl.curves.readers import load_series
+    from scalerl.tasks.files import load_records
+
+    data = tmp_path / "bom.jsonl"
+    data.write_bytes("\ufeff".encode() + b'{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
+    assert [r["answer"] for r in load_records(data)] == ["2", "4"]
+    log = tmp_path / "metrics.jsonl"
+    lines = [f'{{"step": {i}, "compute/device_hours": {i / 10}, "val/pass_rate": {0.1 * i}}}' for i in range(8)]
+    log.write_bytes("\ufeff".encode() + "\n".join(lines).encode())
+    series = load_series(log, "compute/device_hours", "val/pass_rate")
+    assert len(series.x) == 8

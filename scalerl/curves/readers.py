@@ -71,7 +71,7 @@ def _event_dir(p: Path) -> Path:
 
 
 def _first_char(p: Path) -> str:
-    with open(p, encoding="utf-8", errors="replace") as fh:
+    with open(p, encoding="utf-8-sig", errors="replace") as fh:
         return fh.read(256).lstrip()[:1]
 
 
@@ -80,7 +80,7 @@ Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # colum
 
 def _json_records(p: Path) -> Records:
     """A JSON document (an HF/TRL ``trainer_state.json``) or JSON lines (metrics.jsonl, verl's file logger)."""
-    text = p.read_text(encoding="utf-8", errors="replace")
+    text = p.read_text(encoding="utf-8-sig", errors="replace")
     if "\n" in text.strip():  # several lines: JSON lines, or one pretty-printed document
         try:
             doc = json.loads(text)
