@@ -1,0 +1,124 @@
+"""Forecast-guided pruning: stop a run once its fitted curve says it cannot win (paper §1, the third principle:
+"scalable methods can be identified early by estimating scaling parameters from initial training dynamics").
+
+The rule, stated once and used by ``scalerl sweep --prune``, ``scalerl loo --prune`` and the Optuna pruner
+(:mod:`scalerl.integrations.optuna`):
+
+    Every live run is fitted (Eq. 1) on the points it has so far. Its *outlook* is an interval on where it can
+    end: the interval on A when A is identified, otherwise the forecast at the full per-run budget with its
+    interval. The *leader* is the run with the highest lower end. A run stops when the upper end of its outlook
+    lies more than ``margin`` (the paper's ±0.02 on A, App. A.5) below the leader's lower end. A run without an
+    outlook (too few points, an early transient still in progress, or a curve Eq. 1 does not describe) is never
+    stopped: pruning acts only on forecasts that can be trusted.
+
+numpy + scipy only (it fits curves; it never imports torch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from scalerl.curves import FitError, FitResult, fit_curve
+
+DEFAULT_MARGIN = 0.02  # App. A.5: differences of A within 0.02 are ties
+DEFAULT_LEVEL = 0.8  # the forecast interval used while A is not identified
+MIN_POINTS = 6  # fewer evaluations than this: no outlook yet
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """Where a run can end, from its fit so far: ``value`` with the interval [``lo``, ``hi``]."""
+
+    value: float
+    lo: float
+    hi: float
+    basis: str  # "A": the identified interval on A; "forecast": the forecast at the budget and its interval
+    compute: float  # the compute the run had when this was fitted
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The rule's verdict on one run at one rung, with the numbers that decided it."""
+
+    stop: bool
+    reason: str
+    outlook: Outlook | None
+    leader: str | None
+    leader_lo: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stop": self.stop, "reason": self.reason, "leader": self.leader, "leader_lo": self.leader_lo,
+                "outlook": self.outlook.to_json() if self.outlook else None}
+
+
+def _finite(v: Any, default: float) -> float:
+    return float(v) if v is not None and math.isfinite(float(v)) else default
+
+
+def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -> Outlook | None:
+    """The outlook of one fitted run at the full ``budget`` (same compute units as the fit), or None when the fit
+    cannot be trusted to say where the run ends (see the module docstring)."""
+    if getattr(fit, "describes_data", True) is False:
+        return None
+    ceiling = 1.0 if fit.bounded else math.inf
+    compute = float(np.max(fit.x)) if len(fit.x) else 0.0
+    if fit.identified and fit.A_ci is not None:
+        lo, hi = fit.A_ci
+        return Outlook(float(fit.A), _finite(lo, -math.inf), _finite(hi, ceiling), "A", compute)
+    value = float(np.asarray(fit.predict(budget)).ravel()[0])
+    interval = getattr(fit, "forecast_interval", None)
+    if callable(interval):
+        lo_a, hi_a = interval(np.array([budget], dtype=float), level=level)
+        lo, hi = float(np.ravel(lo_a)[0]), float(np.ravel(hi_a)[0])
+    else:  # no forecast interval: the one-sided bound A's interval gives (the run cannot end above its ceiling)
+        lo = -math.inf
+        hi = _finite(fit.A_ci[1], ceiling) if fit.A_ci else ceiling
+    if not (math.isfinite(value) and lo <= value <= hi):
+        return None
+    return Outlook(value, lo, hi, "forecast", compute)
+
+
+def fit_outlook(x: Sequence[float], y: Sequence[float], budget: float, *, level: float = DEFAULT_LEVEL,
+                bounded: bool = True, min_points: int = MIN_POINTS) -> Outlook | None:
+    """Fit Eq. 1 to one run's points so far and return its outlook (None while no trustworthy one exists)."""
+    if len(x) < min_points:
+        return None
+    try:
+        fit = fit_curve(x, y, bounded=bounded)
+    except FitError:
+        return None
+    return outlook_of(fit, budget, level=level)
+
+
+def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGIN) -> dict[str, Decision]:
+    """The rule (module docstring) applied to every run: ``{run: Decision}``. Pure: the same outlooks always give
+    the same decisions, so a pruned sweep rerun after a kill decides as it did."""
+    live = {name: o for name, o in outlooks.items() if o is not None}
+    if not live:
+        return {name: Decision(False, "no run has a trustworthy forecast yet", None, None, None) for name in outlooks}
+    leader = max(sorted(live), key=lambda name: (live[name].lo, live[name].value))
+    best_lo = live[leader].lo
+    out: dict[str, Decision] = {}
+    for name, o in outlooks.items():
+        if o is None:
+            out[name] = Decision(False, "no trustworthy forecast yet: kept running", None, leader, best_lo)
+        elif name == leader:
+            out[name] = Decision(False, "the leader", o, leader, best_lo)
+        elif o.hi < best_lo - margin:
+            out[name] = Decision(True, f"cannot win: its {_basis(o)} is at most {o.hi:.3f}, more than {margin:g} "
+                                       f"below the leader {leader}'s lower end {best_lo:.3f}", o, leader, best_lo)
+        else:
+            out[name] = Decision(False, f"may still win: its {_basis(o)} reaches {o.hi:.3f}, within {margin:g} of "
+                                        f"the leader {leader}'s lower end {best_lo:.3f}", o, leader, best_lo)
+    return out
+
+
+def _basis(o: Outlook) -> str:
+    return "interval on A" if o.basis == "A" else "forecast at the budget"

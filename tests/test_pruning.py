@@ -1,0 +1,96 @@
+"""Forecast-guided pruning (issue 28): the rule of scalerl.experiments.pruning, stated once, and the Optuna pruner
+that applies it to a real study on synthetic curves with known A."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from scalerl.curves.synthetic import CurveParams, simulate_eval_curve
+from scalerl.experiments.pruning import Outlook, decide, fit_outlook
+
+
+def o(value: float, lo: float, hi: float, basis: str = "A") -> Outlook:
+    return Outlook(value, lo, hi, basis, 1.0)
+
+
+def test_the_rule_on_hand_worked_intervals():
+    outlooks = {"best": o(0.60, 0.58, 0.62), "far": o(0.50, 0.48, 0.55), "near": o(0.54, 0.50, 0.565),
+                "open": o(0.45, -math.inf, 1.0, "forecast"), "young": None}
+    d = decide(outlooks, margin=0.02)
+    assert d["best"].reason == "the leader" and not d["best"].stop
+    assert d["far"].stop and "0.550" in d["far"].reason and "0.580" in d["far"].reason  # 0.55 < 0.58 - 0.02
+    assert not d["near"].stop  # 0.565 is within 0.02 of 0.58: it may still win
+    assert not d["open"].stop and not d["young"].stop  # no upper bound below the leader; no forecast at all
+    assert {k: v.leader for k, v in d.items()} == dict.fromkeys(outlooks, "best")
+    assert not any(v.stop for v in decide({"a": None, "b": None}).values())
+    assert decide(outlooks, margin=0.1)["far"].stop is False  # a wider margin keeps it: 0.55 > 0.58 - 0.1
+
+
+def test_a_run_is_never_stopped_while_its_interval_overlaps_the_best_within_the_margin():
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        n, margin = int(rng.integers(2, 8)), float(rng.uniform(0, 0.05))
+        outlooks = {}
+        for i in range(n):
+            lo, width = rng.uniform(0.3, 0.8), rng.uniform(0.0, 0.2)
+            outlooks[f"r{i}"] = None if rng.random() < 0.15 else o(lo + width / 2, lo, lo + width)
+        d = decide(outlooks, margin)
+        live = [k for k, v in outlooks.items() if v is not None]
+        if not live:
+            continue
+        best_lo = max(outlooks[k].lo for k in live)
+        for name, decision in d.items():
+            if outlooks[name] is None:
+                assert not decision.stop
+            elif outlooks[name].hi >= best_lo - margin:
+                assert not decision.stop, (name, outlooks[name], best_lo, margin)
+            else:
+                assert decision.stop
+        assert sum(not v.stop for v in d.values()) >= 1  # the leader always survives
+
+
+def curve(A: float, seed: int, n: int = 40, budget: float = 4000.0) -> tuple[np.ndarray, np.ndarray]:
+    x = np.linspace(budget / n, budget, n)
+    return x, simulate_eval_curve(CurveParams(0.3, A, 2.0, budget / 6), x, seed=seed, n_prompts=500, n_samples=8)
+
+
+def test_outlook_of_a_run_past_its_midpoint_holds_its_true_A():
+    x, y = curve(0.65, seed=1)
+    out = fit_outlook(x, y, budget=4000.0)
+    assert out is not None and out.lo <= 0.65 + 0.01 and out.hi >= 0.65 - 0.01
+    assert fit_outlook(x[:4], y[:4], budget=4000.0) is None  # too few evaluations: no outlook, never stopped
+
+
+def test_optuna_pruner_stops_runs_that_cannot_win_and_keeps_the_best():
+    optuna = pytest.importorskip("optuna")
+    from scalerl.integrations.optuna import ForecastPruner
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    true_A = {0: 0.70, 1: 0.50, 2: 0.69, 3: 0.45}
+    pruner = ForecastPruner(budget=4000)
+    study = optuna.create_study(direction="maximize", pruner=pruner, sampler=optuna.samplers.RandomSampler(seed=0))
+    reported: dict[int, int] = {}
+
+    def objective(trial):
+        run = trial.suggest_categorical("run", list(true_A))
+        x, y = curve(true_A[run], seed=10 + trial.number)
+        for step, value in zip(x, y):
+            trial.report(float(value), int(step))
+            reported[trial.number] = reported.get(trial.number, 0) + 1
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+        return float(np.mean(y[-5:]))
+
+    for run in true_A:
+        study.enqueue_trial({"run": run})
+    study.optimize(objective, n_trials=len(true_A))
+    states = {t.params["run"]: t.state for t in study.trials}
+    assert states[0] == optuna.trial.TrialState.COMPLETE and states[2] == optuna.trial.TrialState.COMPLETE
+    assert states[1] == states[3] == optuna.trial.TrialState.PRUNED  # 0.2 below the best: far outside 0.02
+    assert reported[1] < 40 and reported[3] < 40
+    assert pruner.decisions[1].stop and pruner.decisions[1].leader == 0
+    with pytest.raises(ValueError, match="maximize"):
+        optuna.create_study(direction="minimize", pruner=pruner).optimize(objective, n_trials=1)
