@@ -144,6 +144,9 @@ class AlgoConfig(Strict):
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     length: LengthConfig = Field(default_factory=LengthConfig)
     fp32_head: bool = True  # §3.3, on generator and trainer alike
+    # App. A.6, A.15: truncated samples (the hard cap reached without EOS) are left out of the loss and counted in
+    # the truncation rate ("exclude", the paper's); "train" trains on them with the incorrect reward
+    truncated: Literal["exclude", "train"] = "exclude"
 
 
 class ScheduleConfig(Strict):
