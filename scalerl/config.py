@@ -251,7 +251,7 @@ class RunConfig(Strict):
     max_minutes: float | None = Field(None, gt=0)
     backend: Literal["local", "inline", "ray"] = "local"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
-    devices: int | None = Field(None, ge=1)  # for compute/device_hours; default: processes in use
+    devices: int | None = Field(None, ge=1)  # devices the run holds, x wall clock = compute/device_hours; default: its processes
     checkpoint_every: int = Field(10, ge=1)
     tensorboard: bool = True
     # torch threads per process; default: cores / processes. Capped: torch crashes on absurd counts
