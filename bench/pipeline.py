@@ -4,9 +4,10 @@ Both runs use the local backend: the generator in its own process on one core, t
 same model, task, batch, k, seed and number of steps. Under PPO-off-policy-k the generator produces k batches
 with frozen weights while the trainer waits, then the trainer takes k steps while the generator waits; under
 PipelineRL-k both work at once and weights reach the generator after every step. The paper attributes
-PipelineRL's higher efficiency B mostly to this (ICLR A.20). Evaluation and warm-up are excluded: the time is
-the training loop's (``compute/device_hours`` / devices), i.e. the wall-clock from the first generation request to
-the last optimizer step.
+PipelineRL's higher efficiency B mostly to this (ICLR A.20). Evaluation, checkpoints and warm-up are excluded: the
+time is the training loop's wall clock (``compute/wall_s``), and the compute the meter charges is the two devices
+× that wall clock (``compute/device_hours``, scalerl/compute.py), so the wall-clock ratio is also the compute
+ratio.
 
 The two schedules run in interleaved rounds (``bench/rounds.py``): median [min-max] over rounds, the ratio taken
 within each round, a loud warning for a round started on a busy machine. Each process gets ``--threads // 2``.
@@ -52,10 +53,11 @@ def run(schedule: str, k: int, steps: int, extra: list[str], root: Path, threads
     )
     train(cfg, out, show_progress=False)
     lines = [r for r in read_metrics(out) if "loss" in r]
-    seconds = lines[-1]["compute/device_hours"] * 3600 / 2  # two devices: generator + trainer
+    seconds = lines[-1]["compute/wall_s"]  # the training loop's wall clock, pauses left out
     samples = sum(r["train/samples"] for r in lines)
     return {
         "train s": seconds,
+        "device s": lines[-1]["compute/device_hours"] * 3600,  # two devices (generator + trainer) x wall clock
         "samples/s": samples / seconds,
         "staleness": sum(r["train/staleness_mean"] for r in lines) / len(lines),
     }

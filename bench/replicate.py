@@ -8,21 +8,31 @@ go into one sweep directory (resumable: a finished run is skipped), named ``<rec
 * per recipe, seeds pooled into one Eq. 1 fit: A with its interval, and B (``scalerl.experiments.claims``);
 * the paper's ranking rule over the pooled fits (A first, ties within 0.02 broken by B at the common A);
 * the claims table: PipelineRL more efficient than PPO-off-policy (magistral vs dapo_qwen: the same DAPO recipe
-  on the two schedules), CISPO and GSPO above DAPO in A (scalerl and scalerl+GSPO vs loo-dapo: ScaleRL with only
-  the loss changed), and leave-one-out components moving B more than A;
+  on the two schedules, inline; and ScaleRL on the local backend under each schedule, ``pipelinerl-local`` vs
+  ``ppo-off-policy-local``, where generation and training overlap, App. A.11), CISPO and GSPO above DAPO in A
+  (scalerl and scalerl+GSPO vs loo-dapo: ScaleRL with only the loss changed), leave-one-out components moving B
+  more than A, and a longer generation budget reaching a higher A more slowly (§5: scalerl's 24-48 thinking
+  tokens vs ``think96``'s 48-96 from configs/sweeps/gen_length.yaml; the untaught nine-operand tier's working
+  needs 51+ tokens, so only the longer budget lets it finish);
+* every fit, pooled or per run, starts at one absolute compute shared by all runs (``experiments/cutoff.py``);
 * ``report.html`` (per-run fits, held-out checks, diagnostics, with the pooled table and the claims on top) and
   ``claims.json``.
 
 Every run trains for the same wall-clock minutes on one core (``backend=inline``, one torch thread), two runs at
 a time on a 2-core machine (``--jobs``): one core each, so a run beside another keeps 0.99x [0.84-1.00] of its rate
 alone, and the pair makes 1.36x the RL steps per second of one inline run on both cores and 1.14x one local-backend
-run (``bench/parallel_runs.py``, docs/RESULTS.md); equal minutes are then about equal device-hours. The
+run (``bench/parallel_runs.py``, docs/RESULTS.md); equal minutes are then about equal device-hours. The two
+``-local`` runs hold two devices (generator and trainer processes), so the meter charges them 2 × the wall clock
+(scalerl/compute.py); they are compared with each other only. The
 seeds share one base model (``model.seed=0``: the same initial weights and warm-up), as the paper's seeds do; they
 differ in the RL run. Evaluation is the testbed's default: 4 samples of each of the 256 validation prompts every
 5 steps (standard error 0.0025-0.0038 per evaluation, docs/RESULTS.md; a recipe's fit pools its seeds).
 
-    python3 bench/replicate.py --quick                         # smoke test: micro model, a minute or two
-    python3 bench/replicate.py --out runs/replicate            # 28 runs of 3.8 minutes, about an hour on 2 cores
+    python3 bench/replicate.py --quick                         # smoke test: micro model, a few minutes
+    python3 bench/replicate.py --out runs/replicate            # 34 runs of 2.8 minutes, ~72 minutes on 2 cores
+
+(34 runs: 17 per seed. The estimate scales the earlier 28 runs of 3.8 minutes, 72.5 minutes in all, i.e. about
+0.7 minutes of start-up and evaluation per run beside its budget.)
 """
 
 from __future__ import annotations
@@ -41,9 +51,11 @@ from scalerl.curves import FitError
 from scalerl.curves.compare import compare_fits
 from scalerl.errors import UserError
 from scalerl.experiments.claims import (
-    EFFICIENCY, FORECAST_COLUMNS, HIGHER_A, LOO_B_NOT_A, Claim, Forecast, Pooled, claims_html, efficiency_claim,
-    forecast_check, higher_A_claim, loo_claim, pooled_fit, seeds_A,
+    EFFICIENCY, EFFICIENCY_OVERLAP, FORECAST_COLUMNS, HIGHER_A, LONGER_BUDGET, LOO_B_NOT_A, Claim, Forecast, Pooled,
+    claims_html, efficiency_claim, forecast_check, higher_A_claim, longer_budget_claim, loo_claim, overlap_claim,
+    pooled_fit, seeds_A,
 )
+from scalerl.experiments.cutoff import shared_fit_from_paths
 from scalerl.experiments.analysis import Analysis
 from scalerl.experiments.loo import budget_overrides, loo_sweep
 from scalerl.experiments.report import write_report
@@ -51,8 +63,18 @@ from scalerl.experiments.spec import PlannedRun, Sweep
 from scalerl.experiments.sweep import RunFn, run_parallel
 
 RECIPES = ("scalerl", "grpo_deepseek", "dapo_qwen", "magistral", "minimax")
-EXTRA = {"gspo": ("scalerl", ("algo.loss.name=gspo",))}  # ScaleRL with the GSPO loss (§3.2)
 QUICK = CONFIG_DIR / "sweeps" / "micro.yaml"  # the micro model of the LOO smoke test
+GEN_LENGTH = CONFIG_DIR / "sweeps" / "gen_length.yaml"  # the generation-length axis (§5)
+LONG = "think96"  # its longer thinking budget, 48-96 tokens: the nine-operand working (51+ tokens) can finish
+# name -> (base preset, overrides after every run's settings)
+EXTRA = {
+    "gspo": ("scalerl", ("algo.loss.name=gspo",)),  # ScaleRL with the GSPO loss (§3.2)
+    # §3.1 / App. A.11 where generation and training overlap: the generator in its own process
+    "pipelinerl-local": ("scalerl", ("backend=local",)),
+    "ppo-off-policy-local": ("scalerl", ("backend=local", "schedule.name=ppo_off_policy")),
+    # §5: ScaleRL with a longer thinking budget (the base's 24-48 cuts the untaught nine-operand tier short)
+    LONG: ("scalerl", tuple(yaml.safe_load(GEN_LENGTH.read_text())["runs"][LONG])),
+}
 # every run: one core, the seeds on one base model, 256 validation prompts x 4 samples
 SETTINGS = ("backend=inline", "model.seed=0", "eval.n_samples=4")
 
@@ -63,7 +85,7 @@ def plan(seeds: list[int], budget: list[str], sets: list[str]) -> Sweep:
     for seed in seeds:
         common = (f"seed={seed}", *budget, *sets)
         runs += [PlannedRun(f"{r}-s{seed}", r, common) for r in RECIPES]
-        runs += [PlannedRun(f"{n}-s{seed}", base, (*o, *common)) for n, (base, o) in EXTRA.items()]
+        runs += [PlannedRun(f"{n}-s{seed}", base, (*common, *o)) for n, (base, o) in EXTRA.items()]
         loo = loo_sweep("scalerl", [f"seed={seed}", *sets], None, None)
         runs += [PlannedRun(f"{r.name}-s{seed}", r.base, (*r.overrides, *budget)) for r in loo.runs if r.name != "scalerl"]
     return Sweep(source="bench/replicate.py", description="Paper recipes, GSPO and LOO variants at equal compute",
@@ -71,14 +93,20 @@ def plan(seeds: list[int], budget: list[str], sets: list[str]) -> Sweep:
 
 
 def pooled(root: Path, names: list[str]) -> dict[str, Pooled]:
-    """Each recipe's runs (``<recipe>-s<seed>``) fitted alone and pooled."""
+    """Each recipe's runs (``<recipe>-s<seed>``) fitted alone and pooled, every fit from one absolute cutoff."""
     groups: dict[str, list[Path]] = {}
     for name in names:
         groups.setdefault(re.sub(r"-s\d+$", "", name), []).append(root / name)
+    readable = [root / n for n in names if (root / n / "metrics.jsonl").exists()]
+    try:
+        fit_from = shared_fit_from_paths(readable)
+    except UserError as exc:
+        print(f"warning: no shared fit cutoff ({' '.join(str(exc).split())}); each fit uses its own")
+        fit_from = None
     out = {}
     for recipe, dirs in groups.items():
         try:
-            out[recipe] = pooled_fit(recipe, dirs)
+            out[recipe] = pooled_fit(recipe, dirs, fit_from)
         except (FitError, UserError) as exc:
             print(f"warning: {recipe} not fitted: {' '.join(str(exc).split())}")
     return out
@@ -106,8 +134,10 @@ def replicate(
     variants = sorted({re.sub(r"-s\d+$", "", r.name) for r in sweep.runs if r.name.startswith("loo-")})
     claims = [
         check(EFFICIENCY, efficiency_claim, runs, "magistral", "dapo_qwen"),
+        check(EFFICIENCY_OVERLAP, overlap_claim, runs, "pipelinerl-local", "ppo-off-policy-local"),
         check(HIGHER_A, higher_A_claim, runs, ["scalerl", "gspo"], "loo-dapo"),
         check(LOO_B_NOT_A, loo_claim, runs, "scalerl", variants),
+        check(LONGER_BUDGET, longer_budget_claim, runs, "scalerl", LONG),
     ]
     recipes = list(runs.values())
     checks: list[Forecast] = []
@@ -132,7 +162,7 @@ def replicate(
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--minutes", type=float, default=3.8, help="RL wall-clock budget per run (equal compute)")
+    ap.add_argument("--minutes", type=float, default=2.8, help="RL wall-clock budget per run (equal compute)")
     ap.add_argument("--jobs", type=int, default=2, help="runs at a time, one core each")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--out", type=Path, default=Path("runs/replicate"))

@@ -1,36 +1,81 @@
 """Training compute, the x-axis of the compute-reward curve (§1.1: the paper uses GPU-hours).
 
-Compute is what was spent on training, metered the same way for every schedule (§3.1), so that PipelineRL and
-PPO-off-policy are compared on equal terms:
+The paper's GPU-hours are every device the run holds × wall clock: a device that waits still counts, which is
+why PipelineRL, which "reduces idle time" (§3.1, App. A.11), is more efficient than PPO-off-policy, whose
+generation and training alternate. The meter counts the same way for every schedule and backend:
 
-* ``compute/device_hours``: every process's busy time, summed: each generator's time inside its engine for the
-  batches it produced (``RolloutBatch.gen_seconds``; with PPO-off-policy a group of k batches generated together
-  shares its time), plus the trainer's time stepping and publishing weights on each of its devices. Generation
-  that overlaps the trainer's evaluation or checkpoints counts (it produced training data); evaluation and
-  checkpoints themselves do not, for any schedule. Idle time counts for no schedule. ``devices`` in the config
-  rescales the sum to the devices the run really occupies.
+* ``compute/device_hours``: ``devices`` × the run's training wall clock. ``devices`` is every device the run
+  holds (the trainer's ranks and the backend's generators; ``devices`` in the config overrides it). The wall
+  clock runs from the first training step to the last; evaluation and checkpoint pauses are left out, for every
+  schedule and backend alike (the curves are training compute, and how often one evaluates is not part of a
+  recipe). Start-up (model build, warm-up, generator start) is not counted either.
 * ``compute/flops``: 2·P FLOPs per token the generators processed (each group's prompt prefilled once, every
   completion token) for *every* generated group, including the groups the zero-variance filter later drops, and
   6·P per token the trainer trained on (forward + backward, kept sequences only). P = parameter count; the
-  attention term is left out.
+  attention term is left out. The axis kept beside device-hours: it counts work, not time.
 * ``compute/tokens``: completion tokens generated (sampled and forced).
+* ``compute/gen_seconds``, ``compute/train_seconds``: each side's busy seconds (diagnostics: how much of the
+  wall clock each side worked); ``compute/wall_s``: the metered wall clock.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+STATE_FIELDS = ("n_params", "devices", "wall_seconds", "gen_seconds", "train_seconds", "gen_tokens",
+                "trained_tokens", "tokens")
 
 
 @dataclass
 class ComputeMeter:
     n_params: int
-    trainer_devices: int = 1  # devices the trainer's busy time is charged on (its data-parallel ranks)
-    scale: float = 1.0  # devices declared in the config / devices metered, when the config declares them
+    devices: int = 1  # every device the run holds (the trainer's ranks + the generators), or the config's count
+    wall_seconds: float = 0.0  # training wall clock metered so far (pauses left out)
     gen_seconds: float = 0.0
     train_seconds: float = 0.0
     gen_tokens: int = 0  # prompt + completion tokens processed by the generators
     trained_tokens: int = 0  # tokens of the sequences the trainer kept
     tokens: int = 0  # completion tokens generated
+    clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
+    _since: float | None = field(default=None, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ the wall clock
+
+    def start(self) -> None:
+        """The training clock runs from now (idempotent)."""
+        if self._since is None:
+            self._since = self.clock()
+
+    def stop(self) -> None:
+        """The training clock stops; the seconds since ``start`` are metered."""
+        if self._since is not None:
+            self.wall_seconds += self.clock() - self._since
+            self._since = None
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """An evaluation or checkpoint pause: not metered, for any schedule or backend."""
+        running = self._since is not None
+        self.stop()
+        try:
+            yield
+        finally:
+            if running:
+                self.start()
+
+    def add_wall(self, seconds: float) -> None:
+        """Wall-clock seconds measured elsewhere (a framework's step timer) added to the training clock."""
+        self.wall_seconds += max(0.0, seconds)
+
+    @property
+    def wall(self) -> float:
+        """Training wall clock so far, the running interval included."""
+        return self.wall_seconds + (self.clock() - self._since if self._since is not None else 0.0)
+
+    # ------------------------------------------------------------------ work
 
     def add_generation(self, seconds: float, prompt_tokens: int, completion_tokens: int) -> None:
         """One generated batch: its generator's busy seconds and every token it processed."""
@@ -45,25 +90,30 @@ class ComputeMeter:
 
     @property
     def device_hours(self) -> float:
-        return (self.gen_seconds + self.train_seconds * self.trainer_devices) * self.scale / 3600.0
+        """Every device the run holds × the training wall clock (§1.1)."""
+        return self.devices * self.wall / 3600.0
 
     @property
     def flops(self) -> float:
         return 2.0 * self.n_params * self.gen_tokens + 6.0 * self.n_params * self.trained_tokens
 
     def metrics(self) -> dict[str, float]:
+        wall = self.wall  # one reading of a running clock for both keys
         return {
-            "compute/device_hours": self.device_hours,
+            "compute/device_hours": self.devices * wall / 3600.0,
             "compute/flops": self.flops,
             "compute/tokens": float(self.tokens),
+            "compute/wall_s": wall,
             "compute/gen_seconds": self.gen_seconds,
             "compute/train_seconds": self.train_seconds,
         }
 
     def state_dict(self) -> dict[str, float]:
-        return asdict(self)
+        """The metered totals (a running interval is metered up to now)."""
+        return {**{k: getattr(self, k) for k in STATE_FIELDS}, "wall_seconds": self.wall}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        for key, value in state.items():
-            if hasattr(self, key):
-                setattr(self, key, type(getattr(self, key))(value))
+        """Restore the totals; ``devices`` stays this run's (a resumed run may run on other devices)."""
+        for key in STATE_FIELDS:
+            if key in state and key != "devices":
+                setattr(self, key, type(getattr(self, key))(state[key]))

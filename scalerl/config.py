@@ -144,6 +144,9 @@ class AlgoConfig(Strict):
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     length: LengthConfig = Field(default_factory=LengthConfig)
     fp32_head: bool = True  # §3.3, on generator and trainer alike
+    # App. A.6, A.15: truncated samples (the hard cap reached without EOS) are left out of the loss and counted in
+    # the truncation rate ("exclude", the paper's); "train" trains on them with the incorrect reward
+    truncated: Literal["exclude", "train"] = "exclude"
 
 
 class ScheduleConfig(Strict):
@@ -248,7 +251,7 @@ class RunConfig(Strict):
     max_minutes: float | None = Field(None, gt=0)
     backend: Literal["local", "inline", "ray"] = "local"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
-    devices: int | None = Field(None, ge=1)  # for compute/device_hours; default: processes in use
+    devices: int | None = Field(None, ge=1)  # devices the run holds, x wall clock = compute/device_hours; default: its processes
     checkpoint_every: int = Field(10, ge=1)
     tensorboard: bool = True
     # torch threads per process; default: cores / processes. Capped: torch crashes on absurd counts

@@ -7,17 +7,31 @@ recipe to the choice a prevalent recipe makes, and is expressed as ``--set`` ove
 variant         component                    taken from       what it means
 ==============  ===========================  ===============  ==========================================
 loo-dapo        ``algo.loss``                dapo_qwen        DAPO loss with its clip instead of CISPO
-loo-fp32        ``algo.fp32_head``           grpo_deepseek    no FP32 LM head, generating in bf16 (below)
+loo-fp32        ``algo.fp32_head``           grpo_deepseek    no FP32 LM head (below)
 loo-savg        ``algo.aggregation``         grpo_deepseek    sample-average loss aggregation
 loo-plan        ``algo.advantages.norm``     grpo_deepseek    prompt-level advantage normalisation
 loo-batch       ``algo.zero_variance_filter``  grpo_deepseek  no zero-variance filtering
 loo-uniform     ``algo.curriculum``          grpo_deepseek    uniform sampling instead of NPR (A.20)
-loo-lp          ``algo.length``              dapo_qwen        DAPO length penalty instead of interruptions
+loo-lp          ``algo.length``              dapo_qwen        DAPO length penalty instead of interruptions,
+                                                              at the base's generation budget (below)
 loo-8op         ``schedule.name``            grpo_deepseek    PPO-off-policy instead of PipelineRL, same k
 ==============  ===========================  ===============  ==========================================
 
 Taking the reverted value from a preset keeps each number in one place (the DAPO clip lives in dapo_qwen.yaml).
-A variant may also need a testbed setting that makes its component matter (:data:`LOO_TESTBED`).
+Every variant differs from its base in its component only (``tests/test_presets.py`` diffs the resolved
+configs), so a difference between the two runs is the component's.
+
+* ``loo-lp`` keeps the base's generation budget (App. A.10, Eq. 9: L_max = the 12k thinking + 2k answer budget,
+  L_cache = the 2k answer budget): with interruptions at ``think_hi`` thinking tokens and ``answer_budget``
+  after, the penalty gets ``l_max = think_hi + answer_budget``, ``l_cache = answer_budget`` and a hard cap of
+  ``l_max`` (:func:`matched_budget`), not dapo_qwen's own 96-token cap, which would let it think twice as long.
+* ``loo-fp32`` changes the head only. The FP32 head fixes a numeric mismatch between generator and trainer
+  (§3.3) that exists only when they compute in low precision: the testbed generates and trains in float32
+  (|log ρ| mean 1.3e-7 with or without the head), where the variant has nothing to fix and the two runs differ
+  by noise. To test the head in the paper's precision regime, run the whole sweep in it, base included, with
+  ``--set engine.bf16_autocast=true`` (|log ρ| mean 6.3e-3 without the head against 1.1e-3 with it,
+  bench/fp32_head_mismatch.py): both arms then generate in bf16 and cost the same compute (bf16 autocast costs
+  ~3.6x the generation CPU time on a CPU, which is why the default stays float32).
 """
 
 from __future__ import annotations
@@ -45,15 +59,20 @@ LOO_COMPONENTS: dict[str, tuple[str, str]] = {
 }
 
 
-# Testbed settings a variant adds to its component, and why.
-LOO_TESTBED: dict[str, list[str]] = {
-    # The FP32 head fixes a numeric mismatch between generator and trainer (§3.3). The float32 testbed has none
-    # (|log ρ| mean 1.3e-7 with or without the head, so the variant would be the base run exactly); real
-    # inference engines generate in bf16, and so does this variant: |log ρ| mean 6.3e-3 without the head against
-    # 1.1e-3 with it (bench/fp32_head_mismatch.py, warmed-up default model). bf16 autocast costs ~3.6x the
-    # generation CPU time on a CPU, so the scalerl base keeps generating in float32.
-    "loo-fp32": ["engine.bf16_autocast=true"],
-}
+def matched_budget(base_length: dict[str, Any], new_length: dict[str, Any]) -> dict[str, Any]:
+    """``new_length`` (the length penalty of ``loo-lp``) at the generation budget of ``base_length``
+    (interruptions): ``l_max`` = thinking + answer budget, ``l_cache`` = the answer budget, capped at ``l_max``
+    (App. A.10, Eq. 9). Any other pair is returned unchanged."""
+    if base_length.get("name") != "interruption" or new_length.get("name") != "length_penalty":
+        return new_length
+    base = base_length["params"]
+    l_max = int(base["think_hi"]) + int(base["answer_budget"])
+    params = {**new_length["params"], "l_max": l_max, "l_cache": int(base["answer_budget"]), "max_new_tokens": l_max}
+    return {**new_length, "params": params}
+
+
+# LOO name -> how the donor's value is fitted to the base (its budget), within the component
+LOO_MATCH = {"loo-lp": matched_budget}
 
 
 def list_presets() -> list[tuple[str, str]]:
@@ -158,7 +177,8 @@ def loo_variants(base: str = "scalerl") -> dict[str, list[str]]:
             donors[donor] = resolve_preset(donor).model_dump(mode="json")
         old, new = _get(base_data, path), _get(donors[donor], path)
         if _reverts(old, new):
-            out[variant] = _component_overrides(path, new) + LOO_TESTBED.get(variant, [])
+            match = LOO_MATCH.get(variant)
+            out[variant] = _component_overrides(path, match(old, new) if match else new)
     return out
 
 

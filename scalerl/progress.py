@@ -9,8 +9,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scalerl.config import RunConfig
 from scalerl.forecast import describe_record
+from scalerl.pipeline.truncation import LEVELS, TruncationMonitor
 
-TRUNCATION_WARNING = 0.10  # §3.8, A.6: truncations above 10-15% of generations destabilise training
 
 
 class RunDisplay:
@@ -29,7 +29,7 @@ class RunDisplay:
             transient=False,
         )
         self._task = None
-        self._warned = False
+        self._truncation = TruncationMonitor()
         self._train = ""
         self._val = ""
 
@@ -53,14 +53,11 @@ class RunDisplay:
     def step(self, record: dict[str, Any]) -> None:
         self._train = f"reward {record.get('train/reward_mean', 0):+.3f}  pass {record.get('train/pass_rate', 0):.3f}"
         trunc = record.get("train/truncation_rate") or 0.0
-        if trunc > TRUNCATION_WARNING:
-            self._train += f"  [red]truncation {trunc:.0%} > 10%[/red]"
-            if not self._warned:  # once per excursion above the line
-                self.console.print(
-                    f"[yellow]warning:[/yellow] step {record['step']}: {trunc:.0%} of generations were truncated "
-                    "(above 10-15% the paper saw training destabilise, §3.8)"
-                )
-        self._warned = trunc > TRUNCATION_WARNING
+        if trunc > LEVELS[-1][0]:
+            self._train += f"  [red]truncation {trunc:.0%}[/red]"
+        warning = self._truncation.check(int(record["step"]), trunc)  # once per climb above a line (5%, 10%)
+        if warning is not None:
+            self.console.print(f"[yellow]warning:[/yellow] {warning}")
         self._refresh(int(record["step"]))
 
     def eval(self, record: dict[str, Any]) -> None:

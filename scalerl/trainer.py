@@ -62,6 +62,7 @@ class Trainer:
             zero_variance_filter=algo_cfg.zero_variance_filter,
             advantage_norm=algo_cfg.advantages.norm,
             advantage_eps=algo_cfg.advantages.eps,
+            truncated=algo_cfg.truncated,
         )
         self.loss_fn = algo.build_loss(algo_cfg.loss)
         self.aggregate = algo.AGGREGATIONS.get(algo_cfg.aggregation, "algo.aggregation")

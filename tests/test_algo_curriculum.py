@@ -37,39 +37,55 @@ def test_batches_span_epoch_boundaries():
     assert sorted(ids[:10]) == sorted(IDS) and sorted(ids[10:]) == sorted(IDS)
 
 
-def test_npr_retires_at_the_threshold_on_cumulative_pass_rate():
+def _epoch(s, n: int = 10) -> list[str]:
+    """Serve one whole epoch of ``n`` prompts (a fresh epoch starts on the next call)."""
+    return s.next_ids(n)
+
+
+def test_npr_judges_the_latest_epoch_and_retires_from_the_next_one():
+    """§3.2, Fig. 6b: pass rate >= 0.9 in the latest epoch removes a prompt from subsequent epochs. p1 fails in
+    epoch 0 (0/10), then passes 9/10 in epoch 1 (cumulative 9/20 = 0.45, which the old cumulative rule never
+    retires): gone from epoch 2. p2 passes 10/10 in epoch 0 but stays in the rest of epoch 0."""
     s = NPRSampler(IDS, seed=0)
-    s.update("p1", 8, 10)  # 0.8
-    assert not s.is_retired("p1")
-    s.update("p1", 10, 10)  # cumulative 18/20 = 0.9 >= 0.9
-    assert s.is_retired("p1") and s.retired == 1
-    s.update("p2", 7, 8)  # 0.875 < 0.9
-    assert not s.is_retired("p2")
-    s.update("p3", 9, 10)  # exactly 0.9
-    assert s.is_retired("p3")
-    for _ in range(3):  # never served again
-        served = s.next_ids(8)
-        assert "p1" not in served and "p3" not in served
-    assert sorted(s.next_ids(8)) == sorted(set(IDS) - {"p1", "p3"})
+    first = s.next_ids(5)
+    p2 = first[0]
+    s.update(p2, 10, 10)
+    assert not s.is_retired(p2) and s.retired == 0  # nothing is retired mid-epoch
+    rest = s.next_ids(5)
+    assert sorted(first + rest) == sorted(IDS)
+    for pid in IDS:
+        if pid != p2:
+            s.update(pid, 0, 10)
+    second = s.next_ids(9)  # epoch 1, whole: p2 (1.0 in epoch 0) retired from it
+    assert s.is_retired(p2) and s.retired == 1 and sorted(second) == sorted(set(IDS) - {p2})
+    for pid in second:
+        s.update(pid, 9 if pid == "p1" else 8, 10)  # 0.9 and 0.8 in epoch 1
+    assert s.pass_rate("p1") == pytest.approx(9 / 20) and s.epoch_pass_rate("p1") == pytest.approx(0.9)
+    third = s.next_ids(8)
+    assert s.is_retired("p1") and "p1" not in third and p2 not in third
 
 
-def test_npr_min_samples_and_mid_epoch_retirement():
+def test_npr_outcomes_count_toward_the_epoch_that_served_them():
+    """An answer that arrives after the next epoch began (PipelineRL: requests run ahead) counts for the epoch
+    that served it, and a newer epoch's first answer starts the count afresh; min_samples is per epoch."""
     s = NPRSampler(IDS, seed=1, threshold=0.9, min_samples=16)
-    order = s.next_ids(2)
-    rest_pid = [p for p in IDS if p not in order][0]
-    s.update(rest_pid, 8, 8)
-    assert not s.is_retired(rest_pid)  # 8 < min_samples
-    s.update(rest_pid, 8, 8)
-    assert s.is_retired(rest_pid)
-    assert rest_pid not in s.next_ids(8)  # skipped in the current epoch too
+    _epoch(s)
+    s.next_ids(1)  # epoch 1 begins before any answer: nobody retired
+    assert s.retired == 0
+    for pid in IDS:
+        s.update(pid, 8, 8)  # epoch 0's answers (8 < min_samples: not enough in one epoch)
+    s.next_ids(9)
+    _epoch(s)  # epoch 2: still nothing retired
+    assert s.retired == 0
+    assert all(s.epoch_pass_rate(p) == 1.0 for p in IDS)
 
 
 def test_all_retired_falls_back_to_serving_everything():
     s = NPRSampler(IDS[:3], seed=0)
-    for pid in IDS[:3]:
+    for pid in s.next_ids(3):
         s.update(pid, 4, 4)
+    served = s.next_ids(7)  # the next epoch: all retired, everything served
     assert s.retired == 3 and s.exhausted
-    served = s.next_ids(7)
     assert len(served) == 7 and set(served) == set(IDS[:3])
 
 

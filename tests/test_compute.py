@@ -1,29 +1,176 @@
-"""The compute meter (§1.1, §3.1): busy time of every process, generation FLOPs for every generated token,
-training FLOPs for trained tokens only; the same rules for PipelineRL and PPO-off-policy."""
+"""The compute meter (§1.1, §3.1, App. A.11): every device the run holds × the training wall clock (evaluation
+and checkpoint pauses left out), generation FLOPs for every generated token, training FLOPs for trained tokens
+only; the same rules for PipelineRL and PPO-off-policy."""
+
+import queue
+import threading
+import time
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from scalerl.compute import ComputeMeter
 
 
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_compute_meter_hand_values():
-    m = ComputeMeter(n_params=1000, trainer_devices=2)
-    m.add_generation(1800.0, prompt_tokens=10, completion_tokens=20)
+    clock = FakeClock()
+    m = ComputeMeter(n_params=1000, devices=3, clock=clock)
+    m.start()
+    clock.now = 600.0
+    with m.paused():  # an evaluation: 5000 s not metered
+        clock.now = 5600.0
+    clock.now = 6200.0
+    m.stop()
+    clock.now = 9000.0  # stopped: not metered
+    m.add_generation(1800.0, prompt_tokens=10, completion_tokens=20)  # busy time is a diagnostic, not compute
     m.add_training(900.0, trained_tokens=12)  # a filtered group's 18 tokens were generated, not trained
-    assert m.device_hours == 1.0  # 1800 s of the generator + 900 s on each of 2 trainer devices
+    assert m.wall == 1200.0
+    assert m.device_hours == 1.0  # 3 devices x 1200 s, idle or not
     assert m.flops == 2 * 1000 * 30 + 6 * 1000 * 12
     assert m.tokens == 20
-    m2 = ComputeMeter(n_params=1)
+    m2 = ComputeMeter(n_params=1, devices=3)
     m2.load_state_dict(m.state_dict())
     assert m2.metrics() == m.metrics()
-    assert ComputeMeter(n_params=1, scale=4.0, gen_seconds=900.0).device_hours == 1.0  # config.devices rescales
+
+
+class _Recorder:
+    """Scripted work of one run: G seconds of generation per batch, T seconds per optimizer step, E per evaluation,
+    C per checkpoint, with the start and end of every generate call and every step."""
+
+    def __init__(self, G: float, T: float) -> None:
+        self.G, self.T = G, T
+        self.gen: list[tuple[float, float, list[int]]] = []
+        self.train: list[tuple[float, float, int]] = []
+
+
+def _tiny_batch(index: int, problem_ids: list[str], seconds: float):
+    from scalerl.pipeline.batch import RolloutBatch
+
+    n = len(problem_ids)
+    ones = torch.ones(n, 2, dtype=torch.bool)
+    z = torch.zeros(n)
+    return RolloutBatch(index=index, problem_ids=problem_ids, group=torch.arange(n), input_ids=ones.long(),
+                        attention_mask=ones, loss_mask=ones.float(), gen_logprobs=ones.float(), versions=ones.long(),
+                        rewards=z, correct=z.bool(), truncated=z.bool(), interrupted=z.bool(),
+                        completion_lengths=torch.ones(n, dtype=torch.long), gen_seconds=seconds)
+
+
+def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Recorder, E: float, C: float) -> dict:
+    """The real driver loop (``RunLoop``), the real local backend and schedule, with scripted generator and trainer
+    work: the generator runs in a thread instead of a process (same queues, same weight channel)."""
+    from scalerl.algo.curriculum import CURRICULA
+    from scalerl.config import load_config
+    from scalerl.forecast import Forecaster
+    from scalerl.pipeline.backends import ProcessBackend, backend_devices
+    from scalerl.pipeline.runner import RunLoop
+    from scalerl.pipeline.schedules import SCHEDULES
+    from scalerl.pipeline.state import RunState
+    from scalerl.pipeline.weights import WeightChannel
+    from scalerl.runlog import read_metrics
+
+    cfg = load_config("scalerl", None, ["backend=local", f"schedule.name={schedule_name}", f"schedule.k={k}",
+                                        f"steps={steps}", "eval.every=4", "checkpoint_every=4", "batch.prompts=2"])
+    schedule = SCHEDULES.get(schedule_name)(k)
+
+    class Worker:
+        def __init__(self, cfg) -> None:
+            self.version = -1
+
+        def load(self, version, weights) -> None:
+            self.version = version
+
+        def generate(self, requests, weight_source=None):
+            t0 = time.perf_counter()
+            time.sleep(rec.G * len(requests))  # the whole group in one call (PPO-off-policy: k x B prompts)
+            rec.gen.append((t0, time.perf_counter(), [r.index for r in requests]))
+            return [_tiny_batch(r.index, r.problem_ids, rec.G) for r in requests]
+
+    class Ranks:
+        world = 1
+
+        def step(self, trainer, batch):
+            t0 = time.perf_counter()
+            time.sleep(rec.T)
+            rec.train.append((t0, time.perf_counter(), batch.index))
+            trainer.version += 1
+            return {"train/tokens_kept": 2.0}
+
+        def weights(self, model):
+            return {}
+
+        def refresh(self, eval_model, model) -> None:
+            pass
+
+    class Loop(RunLoop):
+        def _checkpoint(self) -> None:
+            time.sleep(C)
+
+    class Evaluation:
+        task = None
+
+        def __call__(self, seed):
+            time.sleep(E)
+            return {"val/pass_rate": 0.5}
+
+    ctx = SimpleNamespace(Queue=queue.Queue, Process=threading.Thread)  # the generator "process" as a thread
+    backend = ProcessBackend(cfg, schedule, WeightChannel({}, version=0), ctx, threads=torch.get_num_threads(),
+                             make_worker=Worker)
+    state = RunState(curriculum=CURRICULA.get("uniform")([f"p{i}" for i in range(10)], 0),
+                     meter=ComputeMeter(n_params=1, devices=backend_devices(cfg)), forecaster=Forecaster(cfg.forecast))
+    log = SimpleNamespace(rows=[], log=lambda r: log.rows.append(r), consumed=lambda *a: None)
+    display = SimpleNamespace(start=lambda *a: None, step=lambda r: None, eval=lambda r: None)
+    trainer = SimpleNamespace(version=0, timings={})
+    loop = Loop(cfg, tmp_path, Ranks(), state, schedule, trainer, None, None, Evaluation(), backend, log, display, {})
+    try:
+        loop.run({}, fresh=True)
+    finally:
+        backend.close()
+    assert read_metrics(tmp_path) == []  # the fake log wrote nothing there
+    return log.rows[-1]
+
+
+def test_pipeline_rl_costs_less_than_ppo_off_policy_from_wall_time_alone(tmp_path):
+    """§3.1, App. A.11: on the same scripted work (generation 0.15 s a batch, an optimizer step 0.15 s, k = 4,
+    8 steps) PPO-off-policy-k generates the whole k-batch group, then takes the k updates, generation and
+    training alternating; PipelineRL-k overlaps them. Metered as devices × wall clock, PPO-off-policy costs
+    about (8·(G+T)) / (G + 8·T) = 1.8x PipelineRL (the old busy-time meter charged both 8·(G+T): 1.0x).
+    Evaluation and checkpoint pauses (0.4 s, 0.1 s) are left out of both."""
+    E, C = 0.4, 0.1
+    rows, recs = {}, {}
+    for name in ("pipeline_rl", "ppo_off_policy"):
+        recs[name] = _Recorder(G=0.15, T=0.15)
+        rows[name] = _scripted_run(tmp_path / name, name, 4, 8, recs[name], E, C)
+    for name, row in rows.items():
+        assert row["step"] == 8
+        assert row["compute/device_hours"] * 3600 == pytest.approx(2 * row["compute/wall_s"])  # local: 2 devices
+        assert row["compute/wall_s"] < row["time/wall_s"] - 3 * E  # three evaluations (steps 0, 4, 8) left out
+    ppo = recs["ppo_off_policy"]
+    # PPO-off-policy alternates: a group's generation starts only once the previous group's last step is done
+    for start, _, indices in ppo.gen:
+        assert indices == list(range(indices[0], indices[0] + 4))  # the whole k-batch group in one call
+        assert all(start >= end for _, end, b in ppo.train if b < indices[0])
+    # PipelineRL overlaps: some generation ran while the trainer was stepping
+    pipe = recs["pipeline_rl"]
+    assert any(g0 < t1 and t0 < g1 for g0, g1, _ in pipe.gen for t0, t1, _ in pipe.train)
+    ratio = rows["ppo_off_policy"]["compute/device_hours"] / rows["pipeline_rl"]["compute/device_hours"]
+    assert ratio > 1.4, ratio
 
 
 @pytest.mark.parametrize("schedule", ["pipeline_rl", "ppo_off_policy"])
 def test_both_schedules_are_metered_the_same_way(tmp_path, schedule):
-    """Same work (4 batches, zero-variance filter on) under each schedule: device time is exactly the generator's
-    busy time of every batch plus the trainer's busy time, and FLOPs charge generation for every generated token
-    (dropped groups included) and training only for the kept ones."""
+    """Same work (4 batches, zero-variance filter on) under each schedule: device time is the run's device
+    (inline: one) times its training wall clock, evaluations left out; the generator's busy time is still
+    reported; FLOPs charge generation for every generated token (dropped groups included) and training only
+    for the kept ones."""
     from test_pipeline import micro
 
     from scalerl.build import build_model
@@ -38,7 +185,9 @@ def test_both_schedules_are_metered_the_same_way(tmp_path, schedule):
     P = build_model(cfg.model, 0).spec["n_params"]
     gen_s = sum(r["throughput/gen_seconds"] for r in lines)
     assert last["compute/gen_seconds"] == pytest.approx(gen_s)
-    assert last["compute/device_hours"] * 3600 == pytest.approx(last["compute/gen_seconds"] + last["compute/train_seconds"])
+    assert last["compute/device_hours"] * 3600 == pytest.approx(last["compute/wall_s"])  # inline: one device
+    assert last["compute/wall_s"] >= 0.95 * (last["compute/gen_seconds"] + last["compute/train_seconds"])
+    assert last["compute/wall_s"] < last["time/wall_s"]  # the evaluations at steps 0 and 2 are left out
     trained = sum(r["train/tokens_kept"] for r in lines)
     gen_tokens = (last["compute/flops"] - 6 * P * trained) / (2 * P)
     assert gen_tokens >= last["compute/tokens"] + 4 * cfg.batch.prompts * len(lines)  # + each group's prompt once

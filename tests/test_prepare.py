@@ -86,3 +86,36 @@ def test_trainer_step_gives_the_hand_written_loss_and_gradients(preset):
     assert stats["loss"] == pytest.approx(float(loss.detach()), abs=1e-6)
     for (name, p), (_, q) in zip(model.named_parameters(), reference.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_truncated_samples_are_left_out_of_the_loss_by_default():
+    """App. A.6, A.15: a truncated sample is excluded from the loss (alone, not its group) and counted in the
+    truncation rate; ``algo.truncated: train`` trains on it with the incorrect reward, as before. Group 2 holds
+    sequences 8-11 (8 and 10 correct); 9 is truncated (incorrect): excluded, its group keeps 8, 10, 11 and the
+    baseline is their mean (1 + 1 - 1) / 3. Group 3's only incorrect ones (13, 15) truncated leaves it all
+    correct: the zero-variance filter then drops it."""
+    b = _batch()
+    b.truncated[[9, 13, 15]] = True
+    paper = prepare(b, 4, StageConfig(max_staleness=4, zero_variance_filter=True, advantage_norm="none",
+                                      advantage_eps=1e-6))
+    assert paper.stats["train/truncation_rate"] == pytest.approx(3 / 24)
+    assert paper.stats["train/truncated_dropped"] == 3.0
+    expected = [g >= 2 and i not in (9, 13, 15) and g != 3 for i, g in enumerate(b.group.tolist())]
+    assert paper.keep.tolist() == expected
+    group2 = [i for i in range(24) if expected[i] and b.group[i] == 2]
+    assert group2 == [8, 10, 11]
+    adv = dict(zip([i for i in range(24) if expected[i]], paper.advantages.tolist()))
+    assert adv[8] == pytest.approx(1 - 1 / 3) and adv[11] == pytest.approx(-1 - 1 / 3)
+    old = prepare(b, 4, StageConfig(max_staleness=4, zero_variance_filter=True, advantage_norm="none",
+                                    advantage_eps=1e-6, truncated="train"))
+    assert old.keep.tolist() == [g >= 2 for g in b.group.tolist()] and old.stats["train/truncated_dropped"] == 0.0
+
+
+def test_truncated_is_a_config_choice_the_trainer_reads():
+    cfg = load_config("scalerl", None, SETS)
+    assert cfg.algo.truncated == "exclude"
+    bundle = build_model(cfg.model, 0)
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    assert trainer.stage.truncated == "exclude"
+    cfg = load_config("scalerl", None, [*SETS, "algo.truncated=train"])
+    assert Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2)).stage.truncated == "train"

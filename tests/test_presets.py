@@ -11,7 +11,6 @@ from scalerl.config import CONFIG_DIR, build_config, load_config, preset_names
 from scalerl.errors import UserError
 from scalerl.presets import (
     LOO_COMPONENTS,
-    LOO_TESTBED,
     MISSING,
     config_diff,
     flatten,
@@ -116,14 +115,14 @@ def test_loo_variants_names_and_values():
     variants = loo_variants()
     assert list(variants) == LOO
     assert variants["loo-dapo"] == ["algo.loss.name=dapo", "algo.loss.params.eps_low=0.2", "algo.loss.params.eps_high=0.26"]
-    assert variants["loo-fp32"] == ["algo.fp32_head=false", "engine.bf16_autocast=true"]  # bf16: a mismatch to fix
+    assert variants["loo-fp32"] == ["algo.fp32_head=false"]  # the head only: both arms in the same precision
     assert variants["loo-savg"] == ["algo.aggregation=sample"]
     assert variants["loo-plan"] == ["algo.advantages.norm=prompt"]
     assert variants["loo-batch"] == ["algo.zero_variance_filter=false"]
     assert variants["loo-uniform"] == ["algo.curriculum.name=uniform"]
     assert variants["loo-8op"] == ["schedule.name=ppo_off_policy"]
     lp = resolve_variant("loo-lp").algo.length
-    assert lp.name == "length_penalty" and lp.params == resolve_preset("dapo_qwen").algo.length.params
+    assert lp.name == "length_penalty" and lp.params["l_max"] == 48 + 8  # the base's budget (test below)
     op = resolve_variant("loo-8op").schedule
     assert (op.name, op.k) == ("ppo_off_policy", resolve_preset("scalerl").schedule.k)  # same k
 
@@ -136,11 +135,40 @@ def test_each_loo_variant_validates_and_changes_exactly_its_component(variant):
     component = LOO_COMPONENTS[variant][0]
     rows = config_diff(base, cfg)
     assert rows, f"{variant} changes nothing"
-    testbed = [s.split("=")[0] for s in LOO_TESTBED.get(variant, [])]  # declared, with its reason, in presets.py
-    assert all(path == component or path.startswith(component + ".") or path in testbed for path, _, _ in rows), rows
+    assert all(path == component or path.startswith(component + ".") for path, _, _ in rows), rows
     # the overrides alone reproduce the variant through the ordinary --set path
     again = load_config("scalerl", overrides=loo_variants()[variant])
     assert config_diff(cfg, again) == []
+
+
+def test_every_loo_variant_differs_from_scalerl_in_exactly_one_component():
+    """Issue #27 item 2: each resolved loo-* config against scalerl's: every differing field lies in the one
+    component the variant names (a registry switch is one row), and nothing else differs: no precision or
+    testbed setting rides along (loo-fp32 used to switch generation to bf16 as well)."""
+    base = resolve_preset("scalerl")
+    for variant, (component, _) in LOO_COMPONENTS.items():
+        rows = config_diff(base, resolve_variant(variant))
+        components = {component for path, _, _ in rows if path == component or path.startswith(component + ".")}
+        assert rows and components == {component} and len(components) == 1, (variant, rows)
+        assert all(path == component or path.startswith(component + ".") for path, _, _ in rows), (variant, rows)
+
+
+def test_loo_lp_keeps_the_base_generation_budget():
+    """Issue #27 item 5, App. A.10 / Eq. 9: L_max = thinking + answer budget, L_cache = the answer budget, and
+    generation capped at L_max: interruptions at 24-48 thinking tokens + 8 answer tokens -> l_max 56, l_cache 8,
+    max_new_tokens 56 (dapo_qwen's own cap is 96 with the penalty from token 77)."""
+    base = resolve_preset("scalerl").algo.length.params
+    lp = resolve_variant("loo-lp").algo.length
+    assert lp.name == "length_penalty"
+    assert lp.params == {"l_max": base["think_hi"] + base["answer_budget"], "l_cache": base["answer_budget"],
+                         "max_new_tokens": base["think_hi"] + base["answer_budget"]} == {
+        "l_max": 56, "l_cache": 8, "max_new_tokens": 56}
+    # on a base with another budget the penalty follows it
+    wide = load_config("scalerl", overrides=["algo.length.params.think_hi=80", "algo.length.params.max_new_tokens=112"])
+    from scalerl.presets import matched_budget
+    again = matched_budget(wide.model_dump(mode="json")["algo"]["length"],
+                           resolve_preset("dapo_qwen").model_dump(mode="json")["algo"]["length"])
+    assert again["params"]["l_max"] == 88 and again["params"]["max_new_tokens"] == 88
 
 
 def test_loo_on_another_base_skips_what_it_already_lacks():
@@ -149,8 +177,7 @@ def test_loo_on_another_base_skips_what_it_already_lacks():
     for name in variants:
         cfg = resolve_variant(name, base="minimax")
         component = LOO_COMPONENTS[name][0]
-        testbed = [s.split("=")[0] for s in LOO_TESTBED.get(name, [])]
-        assert all(p.startswith(component) or p in testbed for p, _, _ in config_diff(resolve_preset("minimax"), cfg))
+        assert all(p.startswith(component) for p, _, _ in config_diff(resolve_preset("minimax"), cfg))
     with pytest.raises(UserError, match="changes nothing"):
         resolve_variant("loo-8op", base="minimax")
 
@@ -198,3 +225,16 @@ def test_cli_jobs_below_one_is_refused_before_anything_runs(command, tmp_path, c
     out = tmp_path / "sweep"
     code, _, err = run_cli([*command, "--out", str(out), "--jobs", "0"], capsys, monkeypatch)
     assert code == 2 and err.strip() == "error: --jobs must be ≥ 1, got 0" and not out.exists()
+
+
+def test_a_recipe_without_the_fp32_head_says_it_has_no_effect_in_float32():
+    """Issue #27 item 3: grpo_deepseek, dapo_qwen and magistral turn the FP32 head off, which changes nothing
+    while generator and trainer compute in float32 (tests/test_fp32_head.py: |log ρ| < 1e-5 either way); their
+    one-line descriptions say so and name the setting that gives the paper's bf16 regime."""
+    quiet = [n for n in preset_names() if not resolve_preset(n).algo.fp32_head]
+    assert sorted(quiet) == ["dapo_qwen", "grpo_deepseek", "magistral"]
+    for name in quiet:
+        cfg = resolve_preset(name)
+        assert not cfg.engine.bf16_autocast and not cfg.optim.bf16_autocast  # float32 on both sides
+        text = dict(list_presets())[name]
+        assert "no FP32 head (no effect here" in text and "engine.bf16_autocast=true" in text, name

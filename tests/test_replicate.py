@@ -29,6 +29,10 @@ CURVES = {  # R0, A, B, Cmid: magistral twice as fast as dapo_qwen; CISPO, GSPO 
     "dapo_qwen": CurveParams(0.1, 0.50, 2.0, 1.0),
     "grpo_deepseek": CurveParams(0.1, 0.45, 1.5, 0.8),
     "minimax": CurveParams(0.1, 0.55, 1.5, 0.8),
+    # the schedules on the local backend (overlap, App. A.11) and the longer thinking budget (§5)
+    "pipelinerl-local": CurveParams(0.1, 0.62, 2.0, 0.5),
+    "ppo-off-policy-local": CurveParams(0.1, 0.62, 2.0, 1.0),
+    "think96": CurveParams(0.1, 0.70, 1.8, 1.0),
 }
 LOO_B = {"loo-fp32": 3.5, "loo-savg": 1.2, "loo-plan": 2.0, "loo-batch": 2.0, "loo-uniform": 2.0, "loo-lp": 2.0,
          "loo-8op": 2.0}
@@ -46,7 +50,7 @@ def replicated(tmp_path_factory):
 def test_every_recipe_is_pooled_over_its_two_seeds(replicated):
     out, runs, _, _ = replicated
     assert set(runs) == {*CURVES, *LOO_B}
-    assert len(list(out.glob("*-s0"))) == len(list(out.glob("*-s1"))) == 14
+    assert len(list(out.glob("*-s0"))) == len(list(out.glob("*-s1"))) == 17
     for name, p in CURVES.items():
         r = runs[name]
         assert len(r.seeds) == 2 and r.fit.identified
@@ -57,22 +61,25 @@ def test_claims_follow_the_curves(replicated):
     out, _, claims, _ = replicated
     verdicts = {c.section: c.verdict for c in claims}
     assert verdicts["§3.1"] == "yes" and verdicts["§3.2"] == "yes"
+    assert verdicts["§3.1, App. A.11"] == "yes" and verdicts["§5"] == "yes"
     # loo-dapo is both the DAPO of §3.2 and a LOO variant: its A 0.12 below the base breaks "LOO moves B, not A"
     loo = next(c for c in claims if c.section == "§4, §5.5")
     assert loo.verdict == "no" and "loo-dapo ΔA -0.1" in loo.numbers
     saved = json.loads((out / "claims.json").read_text())
     assert [c["verdict"] for c in saved["claims"]] == [c.verdict for c in claims]
-    # A 0.60-0.62 tie (scalerl, gspo, the LOO variants but loo-dapo), broken by B at the common A: loo-fp32's 3.5
-    assert saved["ranking"][0]["name"] == "loo-fp32" and set(saved["recipes"]) == {*CURVES, *LOO_B}
+    # think96's A 0.70 first; then the A 0.60-0.62 tie (scalerl, gspo, the LOO variants but loo-dapo), broken by B
+    # at the common A: loo-fp32's 3.5
+    assert [r["name"] for r in saved["ranking"][:2]] == ["think96", "loo-fp32"]
+    assert set(saved["recipes"]) == {*CURVES, *LOO_B}
     html = (out / "report.html").read_text()
     assert "Paper claims at this scale" in html and "Recipes, seeds pooled" in html
     table = html.split("Paper claims at this scale")[1].split("Predictability")[0]
-    assert table.count("<td class=l>yes</td>") == 2 and table.count("<td class=l>no</td>") == 1
+    assert table.count("<td class=l>yes</td>") == 4 and table.count("<td class=l>no</td>") == 1
 
 
 def test_every_run_has_its_half_budget_forecast_check(replicated):
     out, runs, _, checks = replicated
-    order = [*bench.RECIPES, "gspo", *loo_variants("scalerl")]
+    order = [*bench.RECIPES, *bench.EXTRA, *loo_variants("scalerl")]
     assert [c.name for c in checks] == [f"{n}-s{s}" for s in (0, 1) for n in order]
     for c in checks:
         rows = [json.loads(line) for line in (out / c.name / "metrics.jsonl").read_text().splitlines()]

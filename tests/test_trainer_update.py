@@ -179,6 +179,7 @@ def test_every_phase_of_a_step_is_timed_in_metrics(tmp_path):
         "eval.every=2", "checkpoint_every=1", "warmup.steps=0", "algo.length.params.max_new_tokens=36",
         "algo.length.params.think_lo=6", "algo.length.params.think_hi=10", "algo.length.params.answer_budget=4",
         "tensorboard=false", "steps=3",
+        "algo.truncated=train",  # the untrained model truncates nearly everything: keep it, so every step updates
     ])
     train(cfg, tmp_path, show_progress=False)
     lines = read_metrics(tmp_path)

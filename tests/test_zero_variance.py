@@ -56,5 +56,6 @@ def test_length_penalised_all_correct_group_is_dropped():
 def test_no_positive_resampling_counts_correct_answers_not_shaped_reward():
     npr = NPRSampler(["all_correct", "mixed"], seed=0, threshold=0.9)
     _update_curriculum(npr, _batch())
+    npr.next_ids(1)  # retirement takes effect as the next epoch begins (§3.2)
     assert npr.pass_rate("all_correct") == 1.0 and npr.is_retired("all_correct")
     assert npr.pass_rate("mixed") == 0.5 and not npr.is_retired("mixed")

@@ -10,13 +10,15 @@
 * ``state_dict()`` / ``load_state_dict(d)``: JSON-serialisable state that restores the sampler exactly
   (position in the current epoch's order, the order itself, outcome history, retired set).
 
-``npr`` (Polaris, An et al. 2025): a prompt whose *historical pass rate* reaches ``threshold`` (0.9) is
-retired. The historical pass rate is cumulative: all correct samples over all samples the prompt has had so
-far, across epochs (the paper does not say which; a cumulative rate is the "history" it names and is less
-noisy than one group of G). It is checked on every ``update`` once the prompt has at least ``min_samples``
-samples. A retired prompt is not served again, neither later in the current epoch nor in later epochs.
-If every prompt has been retired, the sampler falls back to serving all prompts uniformly (``exhausted`` is
-True) instead of running dry or looping; the retired count stays as it is.
+``npr`` (Polaris, An et al. 2025), the paper's rule (§3.2, Fig. 6b): a prompt whose pass rate in the *latest
+epoch* that served it reaches ``threshold`` (0.9) is removed *from subsequent epochs*. The sampler remembers the
+epoch of every serving not yet answered (a prompt's outcomes arrive in the order it was served), so each
+outcome counts toward the epoch that served it; a prompt's latest-epoch count starts afresh with its first
+outcome from a newer epoch. Retirement is decided when the next epoch's order is drawn, from the counts then
+known (a serving answered only after that is judged one epoch later), with at least ``min_samples`` samples
+in that epoch; nothing is retired mid-epoch. A retired prompt is not served again. If every prompt has been
+retired, the sampler falls back to serving all prompts uniformly (``exhausted`` is True) instead of running dry
+or looping; the retired count stays as it is. ``pass_rate`` is the cumulative rate over every epoch (reports).
 
 ``uniform``: the same epoch-wise shuffles over every prompt, history recorded, nothing ever retired.
 """
@@ -57,6 +59,8 @@ class PromptSampler:
         self._pos = 0
         self._correct = [0] * len(self._ids)
         self._total = [0] * len(self._ids)
+        self._served: list[list[int]] = [[] for _ in self._ids]  # epochs of servings not yet answered, oldest first
+        self._latest = [[-1, 0, 0] for _ in self._ids]  # [epoch, correct, total] of the latest epoch answered
         self._retired: set[int] = set()
 
     # ------------------------------------------------------------------ serving
@@ -71,6 +75,9 @@ class PromptSampler:
         return len(self._retired) == len(self._ids)
 
     def _new_epoch(self) -> None:
+        for k in range(len(self._ids)):  # removed from subsequent epochs (§3.2): decided as one begins
+            if k not in self._retired and self._latest[k][2] > 0 and self._should_retire(k):
+                self._retired.add(k)
         self._epoch += 1
         pool = [k for k in range(len(self._ids)) if k not in self._retired] or list(range(len(self._ids)))
         rng = np.random.default_rng([self._seed, self._epoch])
@@ -90,6 +97,7 @@ class PromptSampler:
             if k in self._retired and not self.exhausted:
                 continue
             out.append(self._ids[k])
+            self._served[k].append(self._epoch)
         return out
 
     # ------------------------------------------------------------------ outcomes
@@ -101,13 +109,23 @@ class PromptSampler:
             raise ValueError(f"need 0 <= n_correct <= n_total, got {n_correct}, {n_total}")
         self._correct[k] += int(n_correct)
         self._total[k] += int(n_total)
-        if k not in self._retired and self._total[k] > 0 and self._should_retire(k):
-            self._retired.add(k)
+        epoch = self._served[k].pop(0) if self._served[k] else max(self._epoch, 0)
+        latest = self._latest[k]
+        if epoch != latest[0]:
+            latest[:] = [epoch, 0, 0]
+        latest[1] += int(n_correct)
+        latest[2] += int(n_total)
 
     def pass_rate(self, prompt_id: str) -> float | None:
-        """Cumulative pass rate of ``prompt_id`` (None before its first sample)."""
+        """Cumulative pass rate of ``prompt_id`` over every epoch (None before its first sample)."""
         k = self._index[prompt_id]
         return self._correct[k] / self._total[k] if self._total[k] else None
+
+    def epoch_pass_rate(self, prompt_id: str) -> float | None:
+        """Pass rate of ``prompt_id`` in the latest epoch that has answered it (None before its first sample):
+        what No-Positive-Resampling judges."""
+        _, correct, total = self._latest[self._index[prompt_id]]
+        return correct / total if total else None
 
     def is_retired(self, prompt_id: str) -> bool:
         return self._index[prompt_id] in self._retired
@@ -127,6 +145,8 @@ class PromptSampler:
             "order": list(self._order),
             "correct": list(self._correct),
             "total": list(self._total),
+            "served": [list(e) for e in self._served],
+            "latest": [list(e) for e in self._latest],
             "retired": sorted(self._retired),
         }
 
@@ -144,6 +164,8 @@ class PromptSampler:
         self._order = [int(k) for k in state["order"]]
         self._correct = [int(c) for c in state["correct"]]
         self._total = [int(t) for t in state["total"]]
+        self._served = [[int(e) for e in es] for es in state.get("served", [[] for _ in self._ids])]
+        self._latest = [[int(v) for v in e] for e in state.get("latest", [[-1, 0, 0] for _ in self._ids])]
         self._retired = {int(k) for k in state["retired"]}
 
 
@@ -156,8 +178,9 @@ class UniformSampler(PromptSampler):
 
 @CURRICULA.register("npr")
 class NPRSampler(PromptSampler):
-    """No-Positive-Resampling: retire a prompt once its cumulative pass rate is >= ``threshold`` over at
-    least ``min_samples`` samples (§3.7; ``pass_rate(x) < 0.9`` in the ScaleRL objective, §3.10)."""
+    """No-Positive-Resampling: a prompt whose pass rate in its latest epoch is >= ``threshold`` over at least
+    ``min_samples`` samples leaves the pool from the next epoch on (§3.2, Fig. 6b; ``pass_rate(x) < 0.9`` in the
+    ScaleRL objective, §3.10)."""
 
     kind = "npr"
 
@@ -173,4 +196,5 @@ class NPRSampler(PromptSampler):
         self.threshold, self.min_samples = params.threshold, params.min_samples
 
     def _should_retire(self, k: int) -> bool:
-        return self._total[k] >= self.min_samples and self._correct[k] / self._total[k] >= self.threshold
+        _, correct, total = self._latest[k]
+        return total >= self.min_samples and correct / total >= self.threshold

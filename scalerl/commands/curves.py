@@ -291,6 +291,9 @@ def compare(
     if len(paths) < 2:
         raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
     check_fit_numbers(fit_from, level, bounds, margin=margin)
+    if fit_from is None:  # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py)
+        from scalerl.experiments.cutoff import shared_fit_from_paths
+        fit_from = shared_fit_from_paths(paths, x, y, *_parse_until(fit_until))
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
                       cmid_grid=cmid_grid)
     result = compare_fits(fits, margin=margin)

@@ -2,7 +2,8 @@
 
 For every run directory: the Eq. 1 fit on all its evaluations with the interval on A (§1.1, §2), the held-out
 extrapolation check (refit on the first half of its compute, scored on the second half: §2, §5.5), the reward
-predicted at 2× and 10× its compute, and its training diagnostics. Across runs: the ranking by the paper's rule
+predicted at 2× and 10× its compute, and its training diagnostics; every run's fit starts at the same absolute
+compute (``experiments/cutoff.py``). Across runs: the ranking by the paper's rule
 and the refits at a common A for the linearised figure (``curves.compare_fits``, §2, §1.3). A run that cannot be
 analysed is kept as :class:`Skipped` with the reason, and the others are still analysed.
 """
@@ -20,6 +21,7 @@ import yaml
 from scalerl import curves
 from scalerl.curves.extrapolation import HALF, HeldOut, half_budget_check
 from scalerl.errors import UserError
+from scalerl.experiments.cutoff import shared_fit_from
 from scalerl.experiments.figures import DIAGNOSTIC_KEYS
 from scalerl.experiments.sweep import INDEX
 
@@ -133,6 +135,7 @@ class Analysis:
     x: str = curves.DEFAULT_X
     y: str = curves.DEFAULT_Y
     ci_level: float = 0.95
+    fit_from: float = 0.0  # the early-point cutoff shared by every run's fit (scalerl/experiments/cutoff.py)
 
 
 def _index(root: Path) -> dict:
@@ -228,13 +231,18 @@ def _run_config(run_dir: Path) -> dict[str, Any] | None:
         return None
 
 
-def analyse_run(run_dir: Path, name: str) -> RunAnalysis:
-    """Fit one run; a UserError (caught by :func:`analyse`) says why it cannot be reported."""
+def _series(run_dir: Path) -> curves.Series:
     if run_dir.is_dir() and not any(run_dir.iterdir()):
         raise UserError("empty directory: the run never started")
-    s = curves.load_series(run_dir, curves.DEFAULT_X, curves.DEFAULT_Y)
+    return curves.load_series(run_dir, curves.DEFAULT_X, curves.DEFAULT_Y)
+
+
+def analyse_run(run_dir: Path, name: str, fit_from: float | None = None) -> RunAnalysis:
+    """Fit one run (from ``fit_from``, the comparison's shared cutoff; None: the run's own); a UserError
+    (caught by :func:`analyse`) says why it cannot be reported."""
+    s = _series(run_dir)
     x_max = float(s.x.max()) if s.x.size else 0.0
-    fit = curves.fit_series(s, predict_at=[f * x_max for f in FORECAST_FACTORS])
+    fit = curves.fit_series(s, fit_from=fit_from, predict_at=[f * x_max for f in FORECAST_FACTORS])
     heldout, note = half_budget_check(s.x, s.y, s.source, HALF)
     predictions = [Prediction(f, c, r) for f, (c, r) in zip(FORECAST_FACTORS, fit.predictions)]
     return RunAnalysis(name, run_dir, fit, heldout, note, predictions, load_diagnostics(run_dir),
@@ -263,9 +271,16 @@ def analyse(root: str | Path, margin: float = 0.02) -> Analysis:
     dirs = run_dirs(root)
     index = _index(root)
     a = Analysis(root=root, title=root.resolve().name, description=str(index.get("description", "")), margin=margin)
+    xs = []
     for d in dirs:
         try:
-            a.runs.append(analyse_run(d, d.name))
+            xs.append(_series(d).x)
+        except (UserError, OSError):
+            continue  # reported as skipped below
+    a.fit_from = shared_fit_from(xs)  # one absolute cutoff for every run of the report
+    for d in dirs:
+        try:
+            a.runs.append(analyse_run(d, d.name, a.fit_from))
         except (UserError, OSError) as exc:
             a.skipped.append(Skipped(d.name, d, " ".join(str(exc).split())))
     if a.runs:

@@ -7,8 +7,9 @@ identified and every seed, fitted alone, shows the same direction; differences i
 paper's margin of 0.02 (§2: A within ±0.02 is a tie). Efficiency is compared as the paper does (§2, §1.3):
 both curves refitted at their common A, then the compute to reach the midpoint (``Cmid``) and the slope ``B``.
 
-Claims checked: PipelineRL is more efficient than PPO-off-policy (§3.1); CISPO and GSPO reach a higher A than
-DAPO (§3.2); the leave-one-out components move efficiency (B) more than the asymptote (§4, §5.5).
+Claims checked: PipelineRL is more efficient than PPO-off-policy (§3.1), also where generation and training
+overlap (App. A.11); CISPO and GSPO reach a higher A than DAPO (§3.2); the leave-one-out components move
+efficiency (B) more than the asymptote (§4, §5.5); a longer generation budget reaches a higher A, more slowly (§5).
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ MARGIN = 0.02  # §2: runs whose A differ by less than this are tied
 EFFICIENCY = ("PipelineRL is more efficient than PPO-off-policy", "§3.1")
 HIGHER_A = ("CISPO and GSPO reach a higher A than DAPO", "§3.2")
 LOO_B_NOT_A = ("Leave-one-out components move B more than A", "§4, §5.5")
+EFFICIENCY_OVERLAP = ("PipelineRL is more efficient than PPO-off-policy, generation and training overlapping "
+                      "(local backend)", "§3.1, App. A.11")
+LONGER_BUDGET = ("A longer generation budget reaches a higher A, more slowly", "§5")
 Verdict = Literal["yes", "no", "inconclusive"]
 
 
@@ -56,14 +60,16 @@ class Claim:
     numbers: str
 
 
-def pooled_fit(name: str, run_dirs: list[Path]) -> Pooled:
-    """Fit each run, and all their evaluations together (sorted by compute)."""
+def pooled_fit(name: str, run_dirs: list[Path], fit_from: float | None = None) -> Pooled:
+    """Fit each run, and all their evaluations together (sorted by compute), from ``fit_from`` (the cutoff every
+    recipe of the comparison shares, ``experiments/cutoff.py``; None: each fit's own)."""
     series = [curves.load_series(d, curves.DEFAULT_X, curves.DEFAULT_Y) for d in run_dirs]
     x = np.concatenate([s.x for s in series])
     y = np.concatenate([s.y for s in series])
     order = np.argsort(x, kind="stable")
-    fit = curves.fit_curve(x[order], y[order], source=name, x_name=curves.DEFAULT_X, y_name=curves.DEFAULT_Y)
-    return Pooled(name, fit, [curves.fit_series(s) for s in series])
+    fit = curves.fit_curve(x[order], y[order], source=name, x_name=curves.DEFAULT_X, y_name=curves.DEFAULT_Y,
+                           fit_from=fit_from)
+    return Pooled(name, fit, [curves.fit_series(s, fit_from=fit_from) for s in series])
 
 
 def seeds_A(fits: list[curves.FitResult]) -> str:
@@ -129,7 +135,7 @@ def _direction(signs: list[float], identified: bool) -> Verdict:
     return "inconclusive"
 
 
-def efficiency_claim(pipeline: Pooled, ppo: Pooled) -> Claim:
+def efficiency_claim(pipeline: Pooled, ppo: Pooled, title: tuple[str, str] = EFFICIENCY) -> Claim:
     """§3.1: at a common A, PipelineRL reaches the midpoint with less compute than PPO-off-policy."""
     pooled = _cmid_at(pipeline.fit, ppo.fit)
     per_seed = [_cmid_at(a, b) for a, b in zip(pipeline.seeds, ppo.seeds)]
@@ -140,7 +146,25 @@ def efficiency_claim(pipeline: Pooled, ppo: Pooled) -> Claim:
         f"{ppo.fit.B:.2f}; at the common A, {ppo.name} needs {math.exp(signs[0]):.2f}x the compute of "
         f"{pipeline.name} to reach the midpoint (per seed: {ratios})"
     )
-    return Claim(*EFFICIENCY, _direction(signs, pipeline.identified and ppo.identified), numbers)
+    return Claim(*title, _direction(signs, pipeline.identified and ppo.identified), numbers)
+
+
+def overlap_claim(pipeline: Pooled, ppo: Pooled) -> Claim:
+    """:func:`efficiency_claim` on a backend where generation and training overlap (App. A.11)."""
+    return efficiency_claim(pipeline, ppo, EFFICIENCY_OVERLAP)
+
+
+def longer_budget_claim(short: Pooled, long: Pooled) -> Claim:
+    """§5 (generation length 14k -> 32k: A 0.610 -> 0.645, lower B, higher Cmid): the longer budget's A is higher
+    beyond the margin in the pooled fit and every seed, and it gets there more slowly (a larger Cmid)."""
+    verdict = _A_verdict(long, short)
+    slower = long.fit.Cmid > short.fit.Cmid
+    if verdict == "yes" and not slower:
+        verdict = "inconclusive"
+    numbers = (f"{long.name} {long.A_text()}, B {long.fit.B:.2f}, Cmid {long.fit.Cmid:.3g} (seeds {seeds_A(long.seeds)}) "
+               f"vs {short.name} {short.A_text()}, B {short.fit.B:.2f}, Cmid {short.fit.Cmid:.3g} "
+               f"(seeds {seeds_A(short.seeds)}); Cmid x{long.fit.Cmid / short.fit.Cmid:.2f}")
+    return Claim(*LONGER_BUDGET, verdict, numbers)
 
 
 def _A_verdict(better: Pooled, worse: Pooled) -> Verdict:

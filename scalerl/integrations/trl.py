@@ -90,8 +90,8 @@ class ForecastCallback(TrainerCallback):
     def _meter(self, args: Any, model: Any) -> ComputeMeter:
         if self.meter is None:
             params = model.num_parameters(exclude_embeddings=True) if hasattr(model, "num_parameters") else 0
-            # a Trainer step both generates and trains: its whole time is charged on every device of the run
-            self.meter = ComputeMeter(n_params=int(params), trainer_devices=max(1, int(args.world_size)))
+            # a Trainer step both generates and trains on every device of the run: devices x step wall clock
+            self.meter = ComputeMeter(n_params=int(params), devices=max(1, int(args.world_size)))
         return self.meter
 
     def compute(self, state: Any) -> float:
@@ -119,7 +119,7 @@ class ForecastCallback(TrainerCallback):
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self._step_start is not None and self.meter is not None:
-            self.meter.add_training(time.perf_counter() - self._step_start, 0)
+            self.meter.add_wall(time.perf_counter() - self._step_start)
         self._step_start = None
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:

@@ -85,11 +85,14 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="scalerl-parent-watch", daemon=True).start()
 
 
-def _generator_main(cfg_data: dict, channel: WeightChannel, schedule: Schedule, requests: Any, results: Any, threads: int) -> None:
+def _generator_main(
+    cfg_data: dict, channel: WeightChannel, schedule: Schedule, requests: Any, results: Any, threads: int,
+    make_worker: Callable[[RunConfig], Any] = GeneratorWorker,
+) -> None:
     _exit_with_parent()
     torch.set_num_threads(threads)
     try:
-        worker = GeneratorWorker(RunConfig.model_validate(cfg_data))
+        worker = make_worker(RunConfig.model_validate(cfg_data))
         version, weights = channel.snapshot()
         worker.load(version, weights)
         results.put({"started": version})  # the trainer waits for this: a resumed run starts where it stopped
@@ -108,14 +111,19 @@ class ProcessBackend(ReadyBatches):
     devices = 2
     concurrent = True
 
-    def __init__(self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, ctx: Any, threads: int = 1) -> None:
+    def __init__(
+        self, cfg: RunConfig, schedule: Schedule, channel: WeightChannel, ctx: Any, threads: int = 1,
+        make_worker: Callable[[RunConfig], Any] = GeneratorWorker,
+    ) -> None:
+        """``ctx`` makes the queues and the generator's process (a multiprocessing context); ``make_worker``
+        builds the generator from the config in that process (a ``GeneratorWorker``; tests script one)."""
         super().__init__()
         self.channel = channel
         self.requests = ctx.Queue()
         self.results = ctx.Queue()
         self.proc = ctx.Process(
             target=_generator_main,
-            args=(cfg.model_dump(mode="json"), channel, schedule, self.requests, self.results, threads),
+            args=(cfg.model_dump(mode="json"), channel, schedule, self.requests, self.results, threads, make_worker),
             # not daemonic: a generator may start processes of its own (vLLM's engine core); the runner always
             # calls close(), which ends it
             daemon=False,

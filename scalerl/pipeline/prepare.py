@@ -5,9 +5,13 @@ Registered steps (``PREP_STEPS``), run in this order by :func:`prepare` on a :cl
 1. ``staleness``: a sequence whose oldest sampled token is more than the schedule's bound behind the trainer's
    version is dropped with its whole group (§3.1; by construction this never fires, and the count is logged so
    a run proves it);
-2. ``zero_variance``: when ``algo.zero_variance_filter`` is on, groups whose generations are all correct or all
-   incorrect are dropped, no refill (§3.6); correctness, not the shaped reward, decides;
-3. ``advantages``: group-mean baseline and the configured normalisation on the kept groups only (§3.5; the
+2. ``truncation``: with ``algo.truncated: exclude`` (the default, the paper's: "the effective batch size (after
+   excluding truncated samples)", App. A.15; A.6) a truncated sequence (the hard cap reached without EOS) is left
+   out of the loss, alone, not with its group; it still counts in ``train/truncation_rate`` (measured on the whole
+   batch). ``truncated: train`` keeps it, trained with the incorrect reward (a hidden length penalty);
+3. ``zero_variance``: when ``algo.zero_variance_filter`` is on, groups whose *kept* generations are all correct
+   or all incorrect are dropped, no refill (§3.6); correctness, not the shaped reward, decides;
+4. ``advantages``: group-mean baseline and the configured normalisation on the kept sequences only (§3.5; the
    batch std is therefore taken after filtering, argued in ``algo/advantages.py``).
 
 The trainer runs the stage on the whole batch (every rank alike) and then takes log-probs → loss → aggregation
@@ -36,6 +40,7 @@ class StageConfig:
     zero_variance_filter: bool
     advantage_norm: str
     advantage_eps: float
+    truncated: str = "exclude"  # algo.truncated: "exclude" (App. A.6, A.15) or "train"
 
 
 @dataclass
@@ -49,7 +54,7 @@ class Prepared:
 
 Step = Callable[[Prepared, StageConfig], None]
 PREP_STEPS: Registry[Step] = Registry("batch step")
-ORDER = ("staleness", "zero_variance", "advantages")
+ORDER = ("staleness", "truncation", "zero_variance", "advantages")
 
 
 def _groups_where(bad: torch.Tensor, group: torch.Tensor) -> torch.Tensor:
@@ -73,11 +78,19 @@ def staleness_guard(p: Prepared, cfg: StageConfig) -> None:
     })
 
 
+@PREP_STEPS.register("truncation")
+def truncation(p: Prepared, cfg: StageConfig) -> None:
+    dropped = p.batch.truncated & p.keep if cfg.truncated == "exclude" else torch.zeros_like(p.keep)
+    p.keep &= ~dropped
+    p.stats["train/truncated_dropped"] = float(dropped.sum().item())
+
+
 @PREP_STEPS.register("zero_variance")
 def zero_variance_filter(p: Prepared, cfg: StageConfig) -> None:
     b = p.batch
-    if cfg.zero_variance_filter:
-        p.keep &= algo.zero_variance_mask(b.correct, b.group)  # correctness, not shaped reward (§3.6)
+    if cfg.zero_variance_filter:  # correctness, not shaped reward (§3.6), of the sequences still kept
+        kept = p.keep.clone()
+        p.keep[kept] = algo.zero_variance_mask(b.correct[kept], b.group[kept])
     p.stats["train/zero_var_frac"] = algo.zero_variance_frac(b.correct, b.group)
 
 

@@ -134,14 +134,10 @@ def _run(
         torch.set_num_threads(threads)
     model.to(ranks.device(cfg))
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
-    metered = backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
+    held = cfg.devices or backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
     state = RunState(
         curriculum=build_curriculum(cfg, task),
-        meter=ComputeMeter(
-            n_params=int(bundle.spec.get("n_params", 0)),
-            trainer_devices=ranks.world,
-            scale=cfg.devices / metered if cfg.devices else 1.0,
-        ),
+        meter=ComputeMeter(n_params=int(bundle.spec.get("n_params", 0)), devices=held),
         forecaster=Forecaster(cfg.forecast),
     )
     evaluation = Evaluation(
@@ -228,6 +224,7 @@ class RunLoop:
         if state.step == 0 and fresh:
             self.evaluate()
             last_eval_step = 0
+        state.meter.start()  # compute: every device held x this wall clock, less the pauses below
         while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
             self.step()
             if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
@@ -237,6 +234,7 @@ class RunLoop:
                 t_ckpt = time.perf_counter()
                 self.checkpoint()
                 self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
+        state.meter.stop()
         if last_eval_step != state.step:
             self.evaluate()
             self.checkpoint()
@@ -250,7 +248,7 @@ class RunLoop:
             backend.submit(issued)
         t0 = time.perf_counter()
         batch = backend.next_batch(state.step)
-        t_batch = time.perf_counter()  # waiting for the batch is idle time: the generator meters its own
+        t_batch = time.perf_counter()  # waiting is idle time: on the wall clock the meter charges, not busy time
         stats = self.ranks.step(trainer, batch)
         _update_curriculum(state.curriculum, batch)
         t_publish = time.perf_counter()
@@ -280,7 +278,11 @@ class RunLoop:
 
     def evaluate(self) -> None:
         """Evaluate the trainer's weights and refit the compute-reward curve on the result (§2.1, the live
-        forecast); logs the row."""
+        forecast); logs the row. A pause: not metered as compute."""
+        with self.state.meter.paused():
+            self._evaluate()
+
+    def _evaluate(self) -> None:
         t0 = time.perf_counter()
         self.ranks.refresh(self.eval_model, self.model)
         res = self.evaluation(batch_seed(self.cfg.seed, -1 - self.state.step))
@@ -292,7 +294,12 @@ class RunLoop:
         self.display.eval(record)
 
     def checkpoint(self) -> None:
-        """Write this step's checkpoint, with the batches already generated for the pending requests."""
+        """Write this step's checkpoint, with the batches already generated for the pending requests. A pause:
+        not metered as compute."""
+        with self.state.meter.paused():
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
         ready = self.backend.settle(sorted(self.state.pending))
         self.state.save(self.out, self.ranks.trainer_state(self.trainer), ready, self.cfg.model_dump(mode="json"))
 
