@@ -92,3 +92,21 @@ def test_fsdp2_on_nccl_with_one_rank_is_the_unsharded_step(tmp_path):
         _assert_same_stats(got, want, rel=1e-5)
     for k, v in ref.model.state_dict().items():
         torch.testing.assert_close(weights[k], v.cpu(), rtol=1e-5, atol=1e-5, msg=k)
+
+
+def test_a_run_warms_up_and_trains_on_the_gpu(tmp_path, monkeypatch):
+    """The supervised warm-up trains on the run's device, not on the CPU before the model moves."""
+    from scalerl.models import warmup
+    from scalerl.pipeline.runner import train
+
+    seen = []
+    inner = warmup._train
+
+    def spy(model, *args, **kwargs):
+        seen.append(next(model.parameters()).device.type)
+        return inner(model, *args, **kwargs)
+
+    monkeypatch.setattr(warmup, "_train", spy)
+    train(micro("backend=inline", "steps=2", "warmup.steps=3", "warmup.cache=false", "device=cuda"), tmp_path,
+          show_progress=False)
+    assert seen == ["cuda"]
