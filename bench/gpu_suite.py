@@ -22,28 +22,39 @@ metrics are copied to ``DIR/scalerl_curve.png`` and ``DIR/scalerl_metrics.jsonl`
 
     python3 bench/gpu_suite.py --out DIR [--dry-run] [--budget-s 500]
 
-``--dry-run`` runs every part at toy sizes on the CPU (well under 2 minutes; ``tests/test_gpu_suite.py`` runs it).
+``--dry-run`` runs every part at toy sizes on the CPU (about a minute; ``tests/test_gpu_suite.py`` runs it). A
+part that fails records its error (its last lines) and the suite goes on; inside a part, each measurement that
+fails is recorded as FAILED in its row and the part goes on (its status then reads ``errors``).
 
-On the GPU machine (PyTorch with CUDA, transformers, accelerate, scipy, matplotlib, rich, typer, pyyaml,
-tensorboard, pytest and tqdm are there; pydantic is not), the scalerl package travels as source (the working tree;
-no install) and its missing dependencies as wheels in ``.whl/`` (git-ignored), fetched here by
-``bench/gpu_wheels.sh``, which runs:
+On the GPU machine (Python 3.12, PyTorch with CUDA, transformers, accelerate, scipy, matplotlib, rich, typer, pyyaml,
+tensorboard, pytest, tqdm, numpy; no network) the scalerl package travels as source (the working tree, run with
+``PYTHONPATH=$PWD``, no install) and the one dependency the image lacks, pydantic, travels as wheels with its own
+requirements in ``.whl/`` (git-ignored), fetched here by ``bench/gpu_wheels.sh``, which runs:
 
-    python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \\
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \\
-        -d .whl pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+        -d .whl pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2 \
+        typing-extensions==4.16.0
 
-(four wheels, about 2.6 MiB together). The device call: ``carry: [".whl"]``, ``timeout_s: 560``, command
+Five wheels, 2.6 MiB together: pydantic-core 2,094,516 bytes (cp312 manylinux2014 x86-64), pydantic 472,262,
+typing-extensions 45,571 (pydantic asks for >= 4.14.1; the image's version is not known here), typing-inspection
+14,611, annotated-types 13,643. The device call: ``carry: [".whl"]``, ``timeout_s: 560``, command:
 
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=$PWD:/tmp/site && PYTHONUNBUFFERED=1 python3 bench/gpu_suite.py --out $OUT --budget-s 480
 
-The budget's parts: 12% tests, 22% engines, 22% step, the rest (at least 44%) the ScaleRL run, each part's
-unused time passed on to the next; every part's limit includes its Python and CUDA start-up.
+The budget's shares: 13% tests, 21% engines, 22% step, the rest (at least 44%) the ScaleRL run; each part's
+unused time passes to the next, and every part's limit includes its own Python and CUDA start-up, so the whole
+ends within ``--budget-s`` plus a few seconds.
 
-Fresh-venv check of the carried wheel list (2026-11-26, this machine, CPU): a venv with only the GPU machine's
-packages (torch CPU wheel, transformers, accelerate, scipy, matplotlib, rich, typer, pyyaml, tensorboard, pytest,
-tqdm), the four wheels installed with ``--target /tmp/site`` and ``PYTHONPATH=$PWD:/tmp/site``: see
-``FRESH_VENV`` below for the result.
+Fresh-venv check of the carried list (2026-11-26, on the 2-core CPU machine, under load): a new venv
+(``python3.11 -m venv``: no CPU torch wheel for CPython 3.12 is reachable from here) holding only the GPU machine's
+packages (the torch 2.13 CPU wheel, then ``pip install transformers accelerate scipy matplotlib rich typer pyyaml
+tensorboard pytest tqdm``, then pydantic, pydantic-core, annotated-types and typing-inspection uninstalled again:
+this typer, 0.29, requires pydantic, and the image lists none; left over beside the GPU list: httpcore2, httpx2,
+truststore, tzdata). Without the wheels ``import scalerl.config`` fails (no pydantic); with the same five wheels
+for CPython 3.11 (``PY=3.11 bench/gpu_wheels.sh``) installed by the command above into ``/tmp/site`` and
+``PYTHONPATH=$PWD:/tmp/site``, ``--dry-run --budget-s 480`` ran every part to ``ok`` (64 s and 67 s, two runs). The CPython 3.12
+wheels install with that command under Python 3.12.1 here and ``import pydantic`` works from ``/tmp/site``.
 """
 
 from __future__ import annotations
@@ -67,7 +78,6 @@ from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "bench" / "gpu_configs"
-FRESH_VENV = "see the docstring: filled in after the check"
 
 # (part, share of the budget); each part's unused time goes to the next, the last takes what is left
 PARTS: list[tuple[str, float]] = [("tests", 0.13), ("engines", 0.21), ("step", 0.22), ("scalerl", 0.44)]
