@@ -77,6 +77,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # scalerl from this checkout, also when run as a script without PYTHONPATH
+from scalerl.atomic import write_text  # noqa: E402  (no torch: the suite's own process stays light)
+
 CONFIGS = REPO / "bench" / "gpu_configs"
 
 # (part, share of the budget); each part's unused time goes to the next, the last takes what is left
@@ -91,12 +94,6 @@ def now() -> str:
 
 def say(*parts: Any) -> None:
     print(*parts, flush=True)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ------------------------------------------------------------------------------------------------- a part
@@ -140,7 +137,7 @@ class Part:
             self.row(what, "FAILED: " + error.strip().splitlines()[-1])
 
     def save(self) -> None:
-        write_atomic(self.path, json.dumps({"rows": self.rows, "data": self.data}, default=str))
+        write_text(self.path, json.dumps({"rows": self.rows, "data": self.data}, default=str))
 
 
 def device_info() -> dict[str, Any]:
@@ -182,10 +179,11 @@ def part_tests(part: Part) -> None:
     cases = ET.parse(junit).getroot().iter("testcase")
     counts = {"passed": 0, "failed": 0, "skipped": 0}
     for case in cases:
-        outcome = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
-        outcome = {"failure": "failed", "error": "failed"}.get(outcome, outcome)
+        mark = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
+        outcome = "passed" if mark is None else {"failure": "failed", "error": "failed"}.get(mark.tag, mark.tag)
         counts[outcome] += 1
-        part.row(f"pytest {case.get('name')}", outcome)
+        why = "" if mark is None or outcome == "skipped" else f": {(mark.get('message') or '')[:300]}"
+        part.row(f"pytest {case.get('name')}", outcome + why)
     part.put("counts", counts)
     part.row("gpu-marked tests", ", ".join(f"{v} {k}" for k, v in counts.items()))
     if done.returncode not in (0, 5):  # 5: nothing collected
@@ -628,8 +626,8 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def save(out: Path, report: dict[str, Any]) -> None:
-    write_atomic(out / "gpu_suite.json", json.dumps(report, indent=1, default=str))
-    write_atomic(out / "gpu_suite.md", markdown(report))
+    write_text(out / "gpu_suite.json", json.dumps(report, indent=1, default=str))
+    write_text(out / "gpu_suite.md", markdown(report))
 
 
 def suite(args: argparse.Namespace) -> int:

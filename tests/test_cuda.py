@@ -74,24 +74,30 @@ def test_builtin_engine_on_cuda_matches_the_trainer_and_takes_cpu_weights():
 
 
 def test_fsdp2_on_nccl_with_one_rank_is_the_unsharded_step(tmp_path):
+    """One step from the same weights. CUDA's backward is not bitwise repeatable (atomic adds), and AdamW's first
+    step moves an entry by about lr·g/(|g| + eps): where g is at rounding level the two runs may step it apart
+    by up to ~lr·1e-2, while a wrong gradient would move entries by lr (1e-2) the wrong way."""
     import torch.distributed as dist
 
     if not dist.is_nccl_available():
         pytest.skip("this torch has no NCCL")
+    batch = _batches("prompt")[0]
     ref = _trainer(CUDA)
-    ref_stats = [ref.step(b) for b in _batches("prompt")]
+    ref_stats = ref.step(batch)
     dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1, device_id=CUDA)
     try:
         sharded = _trainer(CUDA, split=True)
         assert all(type(p).__name__ == "DTensor" for p in sharded.model.parameters())
-        stats = [sharded.step(b) for b in _batches("prompt")]
+        stats = sharded.step(batch)
         weights = sharded.state_dict()["model"]  # gathered to rank 0, on the CPU
     finally:
         dist.destroy_process_group()
-    for got, want in zip(stats, ref_stats):
-        _assert_same_stats(got, want, rel=1e-5)
+    _assert_same_stats(stats, ref_stats, rel=1e-4)
+    moved = 0
     for k, v in ref.model.state_dict().items():
-        torch.testing.assert_close(weights[k], v.cpu(), rtol=1e-5, atol=1e-5, msg=k)
+        torch.testing.assert_close(weights[k], v.cpu(), rtol=0, atol=1e-3, msg=k)
+        moved += int((v.cpu() - build_model(micro(*BASE).model, 0).model.state_dict()[k]).abs().gt(1e-3).sum())
+    assert moved > 0  # the step moved the weights by more than the tolerance
 
 
 def test_a_run_warms_up_and_trains_on_the_gpu(tmp_path, monkeypatch):
