@@ -64,6 +64,7 @@ import copy
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -400,8 +401,7 @@ def _update_cost(model: Any, device: Any, repeats: int) -> dict[str, float]:
         sync()
         publish.append(t1 - t0)
         load.append(time.perf_counter() - t1)
-    mid = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    return {"publish_ms": 1e3 * mid(publish), "load_ms": 1e3 * mid(load)}
+    return {"publish_ms": 1e3 * statistics.median(publish), "load_ms": 1e3 * statistics.median(load)}
 
 
 def part_step(part: Part) -> None:
@@ -416,7 +416,7 @@ def part_step(part: Part) -> None:
     size = STEP_DRY if part.dry_run else STEP_MODEL
     steps = 2 if part.dry_run else 8
     n_params = int(build_model(load_config("scalerl", None, [*size]).model, 0).spec["n_params"])
-    part.row("testbed model", f"{n_params / 1e6:.1f}M parameters ({', '.join(size[:3])})")
+    part.row("testbed model", f"{n_params / 1e6:.3g}M parameters ({', '.join(size[:3])})")
     runs = [("inline", "bf16", BF16), ("local", "bf16", BF16), ("inline", "fp32", [])]
     with tempfile.TemporaryDirectory() as tmp:
         for i, (backend, precision, sets) in enumerate(runs):
@@ -443,7 +443,7 @@ def part_step(part: Part) -> None:
             cost = _update_cost(model, device, repeats=3 if part.dry_run else 5)
             part.put("update", cost)
             part.row("in-flight update (median)", f"trainer publish {cost['publish_ms']:.1f} ms, generator load "
-                     f"{cost['load_ms']:.1f} ms ({n_params / 1e6:.0f}M fp32 parameters)")
+                     f"{cost['load_ms']:.1f} ms ({n_params / 1e6:.3g}M fp32 parameters)")
 
 
 def _step_rows(part: Part, name: str, fig: dict[str, float], info: dict[str, Any]) -> None:
