@@ -236,3 +236,26 @@ def test_bf16_generation_has_a_mismatch_that_the_fp32_head_reduces():
     assert spread[False, True] < 1e-5 and spread[False, False] < 1e-5
     assert spread[True, False] > 2 * spread[True, True] > 0
     assert spread[True, False] > 100 * spread[False, False]
+
+
+def test_mismatch_batched_as_a_training_step_is_the_per_sequence_mismatch():
+    """``logprob_mismatch`` recomputes the trainer's log-probs on right-padded rows several at a time (the
+    trainer's own path): the same values as one sequence at a time, one per sampled token, forced ones left out."""
+    from scalerl.algo.length_control import LENGTH_CONTROLS
+    from scalerl.engines.builtin import BuiltinEngine
+    from scalerl.engines.precision import logprob_mismatch
+    from scalerl.config import ModelConfig
+    from scalerl.models.tiny import build_tiny
+    from scalerl.models.tokenizer import CharTokenizer
+
+    tok = CharTokenizer()
+    model = build_tiny(ModelConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=96), seed=0, tokenizer=tok)
+    length = LENGTH_CONTROLS.get("interruption")(think_lo=4, think_hi=8, answer_budget=3, max_new_tokens=40)
+    prompts = [tok.encode("3+4="), tok.encode("12*3-5="), tok.encode("7=")]
+    groups = BuiltinEngine(model, tok).generate(prompts, n=3, length=length, seed=0)
+    sampled = sum(not f for g in groups for s in g for f in s.forced)
+    assert any(any(s.forced) for g in groups for s in g)  # some interruptions: forced tokens are left out
+    one, batched = logprob_mismatch(model, groups, rows_per_forward=1), logprob_mismatch(model, groups)
+    assert one.shape == batched.shape == (sampled,)
+    torch.testing.assert_close(batched, one, rtol=0, atol=2e-6)
+    assert float(one.max()) < 1e-4  # the engine's float32 log-probs are the trainer's

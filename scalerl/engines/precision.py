@@ -35,13 +35,30 @@ class Bf16Generation:
 
 
 @torch.no_grad()
-def logprob_mismatch(trainer_model: torch.nn.Module, groups: Sequence[Sequence[Sample]]) -> torch.Tensor:
+def logprob_mismatch(
+    trainer_model: torch.nn.Module, groups: Sequence[Sequence[Sample]], rows_per_forward: int = 16
+) -> torch.Tensor:
     """``|log ρ| = |log π_train − log π_gen|`` for every sampled (not forced) token of ``groups``, with the
-    trainer's log-probs recomputed by ``trainer_model`` on the same weights: the numeric mismatch alone."""
+    trainer's log-probs recomputed by ``trainer_model`` on the same weights: the numeric mismatch alone.
+
+    The trainer's forward runs as in a training step (right-padded rows with an attention mask,
+    ``rows_per_forward`` sequences at a time) on the model's own device; the result is on the CPU, in the
+    order of the samples."""
+    device = next(trainer_model.parameters()).device
+    samples = [s for group in groups for s in group]
     out = []
-    for s in (s for group in groups for s in group):
-        ids = torch.tensor([s.prompt_tokens + s.tokens])
-        logp = token_logprobs(trainer_model(ids[:, :-1]), ids[:, 1:]).float()[0, len(s.prompt_tokens) - 1 :]
-        sampled = ~torch.tensor(s.forced, dtype=torch.bool)
-        out.append((logp - torch.tensor(s.logprobs))[sampled].abs())
+    for start in range(0, len(samples), rows_per_forward):
+        chunk = samples[start : start + rows_per_forward]
+        seqs = [s.prompt_tokens + s.tokens for s in chunk]
+        width = max(map(len, seqs))
+        ids = torch.zeros(len(seqs), width, dtype=torch.long)
+        mask = torch.zeros(len(seqs), width, dtype=torch.bool)
+        for i, seq in enumerate(seqs):
+            ids[i, : len(seq)], mask[i, : len(seq)] = torch.tensor(seq), True
+        ids, mask = ids.to(device), mask.to(device)
+        logp = token_logprobs(trainer_model(ids[:, :-1], mask[:, :-1]), ids[:, 1:]).float().cpu()
+        for row, s in zip(logp, chunk):
+            p = len(s.prompt_tokens)
+            sampled = ~torch.tensor(s.forced, dtype=torch.bool)
+            out.append((row[p - 1 : p - 1 + len(s.tokens)] - torch.tensor(s.logprobs))[sampled].abs())
     return torch.cat(out)
