@@ -5,15 +5,20 @@ order; nothing is smoothed, resampled or invented. Usage::
 
     python bench/curves/extract.py verl LOGFILE 'val/test_score/openai/gsm8k' > bench/curves/data/NAME.csv
     python bench/curves/extract.py trl trainer_state.json eval_rewards/accuracy_reward/mean > ...
+    python bench/curves/extract.py long lr_sweep_data.csv 'lr_sweep_1e-5|eval/reward' > ...
 
 ``verl``: verl's console logger prints one line per step, ``step:N - key:value - key:value ...`` (values are plain
 numbers or, in newer versions, ``np.float64(x)``); the validation metrics appear on every ``test_freq``-th line and
 on the ``step:0`` line when validation runs before training. ``trl``: a Hugging Face ``trainer_state.json``'s
-``log_history`` entries that hold the key. A repeated step keeps its last value (a resumed run re-logs it).
+``log_history`` entries that hold the key. ``long``: a long-format W&B export (CSV header
+``run_name,metric,step,value``, one row per logged value); the key is ``RUN|METRIC``. A repeated step keeps its last
+value (a resumed run re-logs it).
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import re
 import sys
@@ -40,6 +45,14 @@ def trl_log_history(text: str, key: str) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
+def long_csv(text: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) of the rows ``run_name,metric,step,value`` whose run and metric match ``RUN|METRIC``."""
+    run, metric = key.split("|", 1)
+    rows = csv.DictReader(io.StringIO(text))
+    points = {int(r["step"]): float(r["value"]) for r in rows if r["run_name"] == run and r["metric"] == metric}
+    return sorted(points.items())
+
+
 def to_csv(points: Iterable[tuple[int, float]]) -> str:
     return "step,value\n" + "".join(f"{s},{v:.6g}\n" for s, v in points)
 
@@ -48,4 +61,4 @@ if __name__ == "__main__":
     kind, path, key = sys.argv[1:4]
     with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
-    sys.stdout.write(to_csv({"verl": verl_console, "trl": trl_log_history}[kind](text, key)))
+    sys.stdout.write(to_csv({"verl": verl_console, "trl": trl_log_history, "long": long_csv}[kind](text, key)))
