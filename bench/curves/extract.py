@@ -5,14 +5,14 @@ order; nothing is smoothed, resampled or invented. Usage::
 
     python bench/curves/extract.py verl LOGFILE 'val/test_score/openai/gsm8k' > bench/curves/data/NAME.csv
     python bench/curves/extract.py trl trainer_state.json eval_rewards/accuracy_reward/mean > ...
-    python bench/curves/extract.py long lr_sweep_data.csv 'lr_sweep_1e-5|eval/reward' > ...
+    python bench/curves/extract.py table lr_sweep_data.csv 'run_name=lr_sweep_1e-5,metric=eval/reward|step|value'
 
 ``verl``: verl's console logger prints one line per step, ``step:N - key:value - key:value ...`` (values are plain
 numbers or, in newer versions, ``np.float64(x)``); the validation metrics appear on every ``test_freq``-th line and
 on the ``step:0`` line when validation runs before training. ``trl``: a Hugging Face ``trainer_state.json``'s
-``log_history`` entries that hold the key. ``long``: a long-format W&B export (CSV header
-``run_name,metric,step,value``, one row per logged value); the key is ``RUN|METRIC``. A repeated step keeps its last
-value (a resumed run re-logs it).
+``log_history`` entries that hold the key. ``table``: a CSV table (a W&B export, an eval-points table); the key
+``COL=VAL,...|XCOL|YCOL`` selects one run's rows and the step and value columns. A repeated step keeps its last value
+(a resumed run re-logs it).
 """
 
 from __future__ import annotations
@@ -45,11 +45,13 @@ def trl_log_history(text: str, key: str) -> list[tuple[int, float]]:
     return sorted(points.items())
 
 
-def long_csv(text: str, key: str) -> list[tuple[int, float]]:
-    """(step, value) of the rows ``run_name,metric,step,value`` whose run and metric match ``RUN|METRIC``."""
-    run, metric = key.split("|", 1)
+def table_csv(text: str, key: str) -> list[tuple[int, float]]:
+    """(step, value) from a CSV table: key ``COL=VAL[,COL=VAL...]|XCOL|YCOL`` keeps the rows whose columns equal
+    the values and reads (int(XCOL), float(YCOL)) from each."""
+    where, xcol, ycol = key.split("|")
+    conds = [c.split("=", 1) for c in where.split(",") if c]
     rows = csv.DictReader(io.StringIO(text))
-    points = {int(r["step"]): float(r["value"]) for r in rows if r["run_name"] == run and r["metric"] == metric}
+    points = {int(r[xcol]): float(r[ycol]) for r in rows if all(r[c] == v for c, v in conds)}
     return sorted(points.items())
 
 
@@ -61,4 +63,4 @@ if __name__ == "__main__":
     kind, path, key = sys.argv[1:4]
     with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
-    sys.stdout.write(to_csv({"verl": verl_console, "trl": trl_log_history, "long": long_csv}[kind](text, key)))
+    sys.stdout.write(to_csv({"verl": verl_console, "trl": trl_log_history, "table": table_csv}[kind](text, key)))
