@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
+from scalerl.commands import add_row
 from scalerl.errors import UserError, check_number, check_writable_file
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ def _console() -> Any:
 
 
 def _print_fits(fits: list["FitResult"]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from scalerl.curves.fit import format_compute as _c
@@ -200,7 +202,8 @@ def _print_fits(fits: list["FitResult"]) -> None:
         table.add_column(col, no_wrap=True)
     for f in fits:
         h = f.heldout
-        table.add_row(
+        add_row(
+            table,
             short_name(f.source),
             str(f.n_points),
             f"{_c(f.fit_window[0])}–{_c(f.fit_window[1])}",
@@ -220,7 +223,7 @@ def _print_fits(fits: list["FitResult"]) -> None:
         if f.target:
             lines.append(f"target {f.target['y']:g}: {f.target['note']}")
         if lines:
-            console.print(f"{short_name(f.source)} predicts {f.y_name} " + "; ".join(lines))
+            console.print(escape(f"{short_name(f.source)} predicts {f.y_name} " + "; ".join(lines)))
 
 
 def fit(
@@ -324,7 +327,8 @@ def _print_comparison(result: Any) -> None:
         table.add_column(col, no_wrap=True)
     for r in result.ranked:
         tied = r.group_A is not None
-        table.add_row(
+        add_row(
+            table,
             str(r.rank),
             short_name(r.fit.source),
             r.fit.format_A(),

@@ -91,7 +91,9 @@ class FitResult:
         return format_interval(self.A_ci, self.A_ci_open)
 
     def format_A(self) -> str:
-        """:func:`format_A` of this fit."""
+        """:func:`format_A` of this fit; the power law's A with the note that it has no interval."""
+        if self.model == "power" and not self.A_fixed:
+            return f"{self.A:.3f} (no interval)"
         return format_A(self.A, self.A_ci[0] if self.A_ci else None, self.identified)
 
     @property
@@ -289,20 +291,19 @@ def fit_curve(
 
 def _fit_power(p: vp.Problem, source: str) -> tuple[vp.Params, float, Any, tuple[bool, bool], None, bool, list[str]]:
     """App. A.4's power law on the window: (params with the equivalent Cmid, D, A_ci, open ends, noise,
-    identified, warnings). No interval on A: the paper uses the power law only to show its A is unstable."""
+    identified, warnings). No interval on A: the paper uses the power law only to show its A is unstable, so a free
+    A is never called identified (a fixed A is given, not estimated)."""
     w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
     R0 = p.R0 if p.R0 is not None else float("nan")
     # the Cmid of the sigmoid with this tail (D = (A − R0)·Cmid^B, §1.2), when R0 is known
     Cmid = (w.D / (w.A - R0)) ** (1 / w.B) if w.A > R0 and w.D > 0 else float("nan")
     q = vp.Params(R0, w.A, w.B, float(Cmid), w.sse)
     at_bound = p.bounded and p.A is None and w.A >= 1.0 - 1e-9
-    warnings = (
-        [f"{source}: the power law's asymptote ran to the bound A = 1: it is not identified on this window (App. A.4)"]
-        if at_bound
-        else []
-    )
-    A_ci = (p.A, p.A) if p.A is not None else None
-    return q, w.D, A_ci, (False, False), None, not at_bound, warnings
+    if p.A is not None:
+        return q, w.D, (p.A, p.A), (False, False), None, True, []
+    why = "its asymptote ran to the bound A = 1" if at_bound else "scalerl puts no interval on its A"
+    warnings = [f"{source}: power law: A is not identified ({why}; App. A.4: the power law's A is unstable)"]
+    return q, w.D, None, (False, False), None, False, warnings
 
 
 def _interval_on_A(

@@ -18,6 +18,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from scalerl.curves import projection
+from scalerl.curves.series import FitError
 from scalerl.curves.sigmoid import Array
 from scalerl.curves.vp import B_RANGE, Params, Problem
 
@@ -64,8 +65,9 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
     curvature = y0 - 2 * y1 + y2
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = np.where(curvature > 0, y1 - (y2 - y0) ** 2 / (8 * curvature), y1)
-    estimate = np.minimum(estimate, sse.min(axis=2))
-    cutoff = estimate.min() * (1 + _SLACK) + 1e-15
+    # the parabola can undershoot below 0 (or give NaN) on flat or step-like profiles: an SSE is never below 0
+    estimate = np.clip(np.fmin(estimate, sse.min(axis=2)), 0.0, None)
+    cutoff = float(np.nanmin(estimate)) * (1 + _SLACK) + 1e-15
     best: Params | None = None
     step = log_b[1] - log_b[0]
     for i, j in np.argwhere(estimate <= cutoff):
@@ -80,5 +82,6 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
         R0, _, e = projection.solve(S1, p.R0, A, p.bounded)
         if best is None or float(e) < best.sse:
             best = Params(float(R0), A, float(np.exp(res.x)), Cmid, float(e))
-    assert best is not None  # the cutoff always admits the grid point with the lowest estimate
+    if best is None:  # unreachable (the cutoff admits the lowest estimate); a FitError rather than a traceback
+        raise FitError("the paper-method grid search found no finite fit on this window")
     return best
