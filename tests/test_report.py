@@ -84,11 +84,14 @@ def test_heldout_check_and_forecasts_are_what_the_fit_says(sweep_dir):
     # the first half is compute <= 1.5 (steps 0..75); the 15 evaluations at steps 80..150 are held out
     assert good.heldout is not None and good.heldout.n == 15 and good.heldout.fit_until == pytest.approx(1.5)
     assert good.heldout.end_true == pytest.approx(good.fit.y[-1])
-    # predictions at 2x and 10x the run's compute (3.0 device-hours), from Eq. 1 with the fitted parameters
+    # predictions at 2x and 10x the run's compute (3.0 device-hours): the reported forecast, the current level
+    # plus Eq. 1's further gain (all of it, or none when the run's own backtest says holding the level is better)
     f = good.fit
     assert [p.compute for p in good.predictions] == pytest.approx([6.0, 30.0])
     for p in good.predictions:
-        assert p.reward == pytest.approx(f.R0 + (f.A - f.R0) / (1 + (f.Cmid / p.compute) ** f.B))
+        assert p.reward == pytest.approx(float(f.forecast(p.compute)))
+        gain = f.predict(p.compute) - f.predict(f.fit_window[1])
+        assert p.reward == pytest.approx(f.forecaster.now.level + f.forecaster.weight * gain, abs=0.05)
     # the synthetic curve: A = 0.62, and its evaluation noise is small, so the fit recovers it and the
     # first-half fit predicts the held-out half closely
     assert f.A == pytest.approx(0.62, abs=0.03)
