@@ -38,7 +38,8 @@ MIN_KEPT = 6  # the early-point exclusion never leaves fewer points than this in
 JUMP_RATIO = 20.0  # an early jump rises at least this many times faster than the rest of the window ...
 JUMP_SHARE = 0.25  # ... ends within this share of the window's compute ...
 JUMP_NOISE = 5.0  # ... and rises by at least this many noise σ (and half the window's total rise) ...
-JUMP_SECOND = 0.1  # ... and a second phase follows: a further rise of 5 σ and this share of the jump
+JUMP_SECOND = 0.1  # ... and a second phase follows: a further rise of 5 σ and this share of the jump ...
+JUMP_SUSTAINED = 0.15  # ... still rising: at least this share of it after its midpoint (a sigmoid's tail is not)
 FALL_NOISE = 10.0  # a collapse: the last evaluation this many noise σ below the window's best mean of 3 (no excursion of noise, even heavy-tailed, gets there)
 BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
 
@@ -200,8 +201,9 @@ def jump_end(x: Array, y: Array, fit_until: float | None = None) -> float | None
     and keeping :data:`MIN_KEPT` points, that maximises (average rate of rise before it) / (average rate after it),
     when that ratio exceeds :data:`JUMP_RATIO`, the rise before it is at least half the window's total rise and
     :data:`JUMP_NOISE` noise σ, and the rise after it (the second phase) is at least :data:`JUMP_NOISE` σ and
-    :data:`JUMP_SECOND` of the jump. One sigmoid does not rise, slow twentyfold, and keep rising; a steep sigmoid
-    that has saturated has no second phase and keeps its early points. The paper drops early points for the same
+    :data:`JUMP_SECOND` of the jump, with :data:`JUMP_SUSTAINED` of that after its midpoint. One sigmoid does not
+    rise, slow twentyfold, and keep rising steadily; a steep sigmoid that has saturated has no sustained second
+    phase (its remaining rise comes right after the knee) and keeps its early points. The paper drops early points for the same
     reason (App. A.7): they are not the scaling regime."""
     from scipy.ndimage import median_filter
 
@@ -221,8 +223,9 @@ def jump_end(x: Array, y: Array, fit_until: float | None = None) -> float | None
         if rise < 0.5 * total or rise < JUMP_NOISE * sigma or rise <= 0:
             continue
         later = s_end - s[k]
-        if later < max(JUMP_NOISE * sigma, JUMP_SECOND * rise):
-            continue  # no second phase: a steep sigmoid that has saturated, which Eq. 1 describes as it is
+        late_half = s_end - float(np.interp((xs[k] + x_end) / 2, xs, s))
+        if later < max(JUMP_NOISE * sigma, JUMP_SECOND * rise) or late_half < JUMP_SUSTAINED * later:
+            continue  # no sustained second phase: a steep sigmoid that has saturated, as Eq. 1 describes it
         before = rise / (xs[k] - x0)
         after = later / (x_end - xs[k])
         if before / after > best_ratio:
