@@ -145,7 +145,17 @@ def test_an_unidentified_A_is_shown_as_a_bound_everywhere_in_the_report(tmp_path
     rows = [row for row in re.findall(r"<tr[^>]*>(.*?)</tr>", html, flags=re.S) if ">early<" in row]
     assert len(rows) >= 3  # fits table, held-out check, ranking
     for row in rows:
+        row = re.sub(r"\[[0-9.]+, [0-9.]+\] <span class=meta>", "", row)  # a forecast's 80% band is no A
         assert f"{early.fit.A:.3f}" not in row.replace(f"{early.fit.A_ci[0]:.3f}", "")
     assert sum(bound in row for row in rows) >= 2
     assert f"<b>{bent.fit.A:.3f}</b>" in html
     assert _A_text(early.fit) == bound and _A_text(bent.fit) == f"={bent.fit.A:.3f}"
+
+
+def test_report_shows_each_forecast_with_its_band_and_trust_line(sweep_dir, tmp_path):
+    """issue 26: a trust signal in every place a forecast is shown, the report included."""
+    a = write_report(sweep_dir / "good", tmp_path / "one.html")
+    html = (tmp_path / "one.html").read_text()
+    assert "trust: the run&#x27;s own history" in html or "trust: the run's own history" in html
+    assert a.runs[0].fit.trust["summary"].split(";")[0].replace("%", "") in html.replace("%", "")
+    assert "carrying the last value forward" in html and "80% band" in html
