@@ -10,7 +10,7 @@ Beside A, each update logs the trust signal (:mod:`scalerl.curves.trust`): ``for
 forecast predicted the last 40 % of the evaluations so far from the first 60 %), ``forecast/carry_forward_err``
 (the same for carrying the last value forward), ``forecast/better_than_ruler`` and ``forecast/reliable`` (0 when
 Eq. 1 does not describe the run: a step, a fall, A below the current level). ``fit.json`` holds each fit's
-``trust`` object and ``forecast_interval_80``.
+``trust`` object, and each prediction its 80 % band (``lo_80``, ``hi_80``).
 
 A fit that has not identified A (the run has not passed Cmid, or the interval on A is open at the top) is shown
 as a lower bound, ``A ≥ lo``: the fitted A then sits at the search's bound and is no estimate (§2: fit past Cmid

@@ -224,7 +224,9 @@ def test_trust_record_in_json_and_its_numbers_are_the_inner_backtest():
     assert t["carry_forward_err"] == pytest.approx(float(np.mean(np.abs(yw[k:] - yw[k - 1]))))
     assert t["better_than_ruler"] == (t["forecast_err"] < t["carry_forward_err"])
     assert f"{t['forecast_err']:.3f}" in t["summary"] and f"{t['carry_forward_err']:.3f}" in t["summary"]
-    assert len(d["forecast_interval_80"]) == 2
+    lo, hi = f.forecast_interval([52, 104], level=0.8)
+    assert [(p["x"], p["lo_80"], p["hi_80"]) for p in d["predictions"]] == pytest.approx(list(zip([52, 104], lo, hi)))
+    assert all(p["lo_80"] <= p["y"] <= p["hi_80"] for p in d["predictions"])
 
 
 def test_too_few_points_says_there_is_no_track_record():

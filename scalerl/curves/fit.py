@@ -147,7 +147,8 @@ class FitResult:
             "n_points": self.n_points,
             "fit_window": list(self.fit_window),
             "rmse": self.rmse,
-            "predictions": [{"x": c, "y": r} for c, r in self.predictions],
+            "predictions": [{"x": c, "y": r, "lo_80": float(lo), "hi_80": float(hi)}
+                            for (c, r), lo, hi in zip(self.predictions, *self.forecast_interval([c for c, _ in self.predictions]))],
             "heldout": self.heldout,
             "target": self.target,
             "R0_fixed": self.R0_fixed,
@@ -160,8 +161,6 @@ class FitResult:
             "fit_start": self.fit_start,
             "reliable": self.reliable,
             "forecast": self.forecaster.to_json() if self.forecaster is not None else None,
-            "forecast_interval_80": [list(map(float, v)) for v in self.forecast_interval([c for c, _ in self.predictions])]
-            if self.predictions else [],
             "trust": self.trust,
         }
 
@@ -382,7 +381,8 @@ def _law(p: vp.Problem, method: str, model: str, grids: Grids, source: str) -> C
     if model == "power":
         w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
         return lambda c: power_law(c, w.A, w.D, w.B)
-    q = FIT_METHODS.get(method, "method")(p, vp.make_grid(p), grids)
+    # vp from its single best grid start (the main fit refines three): a backtest needs the basin, not 1e-12
+    q = vp.fit(p, n_starts=1) if method == "vp" else FIT_METHODS.get(method, "method")(p, vp.make_grid(p), grids)
     return lambda c: sigmoid(c, q.R0, q.A, q.B, q.Cmid)
 
 
