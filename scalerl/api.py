@@ -67,8 +67,10 @@ def fit(source: Source | None = None, *, x: Any = None, y: Any = None, **options
 
 
 def forecast(fit_result: FitResult, at: float | Sequence[float]) -> Array:
-    """The fitted curve's reward at the computes ``at`` (extrapolation beyond the data is the point, §2)."""
-    return np.asarray(fit_result.predict(np.asarray(at, dtype=float)))
+    """The reward scalerl forecasts at the computes ``at`` (``FitResult.forecast``: the current level plus Eq. 1's
+    further gain when the run's own history supports it; the numbers ``scalerl fit`` prints). Its band:
+    ``fit_result.forecast_interval(at, level=0.8)``; Eq. 1 itself: ``fit_result.predict(at)``."""
+    return np.asarray(fit_result.forecast(np.asarray(at, dtype=float)))
 
 
 def compare(sources: Sequence[Source], margin: float = 0.02, *, x: Any = None, y: Any = None,

@@ -84,8 +84,8 @@ def test_paper_data_does_not_assert_on_a_short_step_curve():
 @pytest.mark.parametrize("method", ["vp", "paper", "paper-data"])
 def test_no_method_raises_anything_but_a_fit_error(shape, method):
     x, y = SHAPES[shape]() if shape in SHAPES else _real(shape)
-    for model in ("sigmoid", "power"):
-        for cut in (0.25, 0.5, 0.75, 1.0):
+    for model in ("sigmoid", "power") if method == "vp" else ("sigmoid",):  # the power law has one method
+        for cut in (0.25, 0.5, 1.0):
             try:
                 f = fit_curve(x, y, method=method, model=model, fit_until_fraction=cut, predict_at=[x[-1]])
             except FitError:
