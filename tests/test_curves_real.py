@@ -249,3 +249,13 @@ def test_cli_prints_the_band_and_the_trust_line_and_flags_an_unreliable_forecast
     main(["fit", str(path), "--x", "step", "--y", "value", "--fit-until", "0.5"])
     out = " ".join(capsys.readouterr().out.split())
     assert "predicts value at 52: " in out and "(80% band for one evaluation)" in out and "carrying the last value" in out
+
+
+def test_one_evaluation_past_cmid_does_not_identify_A():
+    """Found on a real run cut in the middle of its jump: six points, the last one just past Cmid, gave an
+    'identified' A with an interval 0.0003 wide that the run then left behind (0.33 against a final 0.45)."""
+    x = np.array([0.0, 1, 10, 20, 30, 40, 50])
+    y = np.array([0.001, 0.001, 0.001, 0.001, 0.0039, 0.1123, 0.3027])
+    f = fit_curve(x, y)
+    assert int(np.sum(x[f.in_window] > f.Cmid)) < 3
+    assert not f.identified and any("after the curve's midpoint" in w for w in f.warnings)

@@ -41,6 +41,7 @@ JUMP_NOISE = 5.0  # ... and rises by at least this many noise σ (and half the w
 JUMP_SECOND = 0.1  # ... and a second phase follows: a further rise of 5 σ and this share of the jump ...
 JUMP_SUSTAINED = 0.15  # ... still rising: at least this share of it after its midpoint (a sigmoid's tail is not)
 FALL_NOISE = 10.0  # a collapse: the last evaluation this many noise σ below the window's best mean of 3 (no excursion of noise, even heavy-tailed, gets there)
+MIN_PAST_CMID = 3  # A is called identified only with at least this many evaluations past Cmid (one pins nothing)
 BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
 
 
@@ -326,6 +327,12 @@ def fit_curve(
             warnings.append(
                 f"{source}: the fit window ends at {format_compute(hi_x)}, before the curve's midpoint "
                 f"(Cmid ≈ {format_compute(q.Cmid)}): A is not identified yet; train past Cmid or fix A"
+            )
+        elif int(np.sum(p.x > q.Cmid)) < MIN_PAST_CMID:
+            identified = False
+            warnings.append(
+                f"{source}: only {int(np.sum(p.x > q.Cmid))} evaluation(s) after the curve's midpoint "
+                f"(Cmid ≈ {format_compute(q.Cmid)}): too few to pin A down; train further past Cmid or fix A"
             )
         elif A_open[1]:
             warnings.append(
