@@ -259,3 +259,17 @@ def test_one_evaluation_past_cmid_does_not_identify_A():
     f = fit_curve(x, y)
     assert int(np.sum(x[f.in_window] > f.Cmid)) < 3
     assert not f.identified and any("after the curve's midpoint" in w for w in f.warnings)
+
+
+def test_paper_search_on_a_flat_landscape_refines_only_the_best_grid_points(monkeypatch):
+    """A falling curve makes the paper method's SSE nearly flat over (A, Cmid): thousands of grid points were
+    refined (15 s a fit). Refining the 64 best estimates reaches the same optimum."""
+    from scalerl.curves import paper, vp
+
+    x, y = falling()
+    p = vp.Problem(x, y, None, None, True)
+    grids = paper.data_grids(p)
+    capped = paper.fit(p, *grids)
+    monkeypatch.setattr(paper, "N_REFINE", 10**9)
+    full = paper.fit(p, *grids)
+    assert capped.sse <= full.sse * (1 + 1e-9) + 1e-15

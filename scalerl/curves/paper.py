@@ -26,6 +26,7 @@ A_STEP = 0.005  # the paper's grid step on A
 N_CMID = 100  # the paper's number of Cmid values
 N_B = 96  # dense B values per (A, Cmid) before refinement
 _SLACK = 1e-3  # relative margin on the parabolic estimate when choosing which grid points to refine
+N_REFINE = 64  # at most this many grid points (lowest estimates first) are refined
 
 
 PAPER_A = np.round(np.arange(0.450, 0.800 + A_STEP / 2, A_STEP), 3)  # App. A.5
@@ -70,7 +71,10 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
     cutoff = float(np.nanmin(estimate)) * (1 + _SLACK) + 1e-15
     best: Params | None = None
     step = log_b[1] - log_b[0]
-    for i, j in np.argwhere(estimate <= cutoff):
+    admitted = np.argwhere(estimate <= cutoff)
+    if len(admitted) > N_REFINE:  # a flat landscape (a falling or constant curve) admits thousands: keep the best
+        admitted = admitted[np.argsort(estimate[tuple(admitted.T)], kind="stable")[:N_REFINE]]
+    for i, j in admitted:
         A, Cmid, centre = float(a_grid[i]), float(cmid_grid[j]), float(log_b[k[i, j]])
         res = minimize_scalar(
             lambda lb: _sse_at(p, A, Cmid, lb),
