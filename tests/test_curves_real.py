@@ -273,3 +273,44 @@ def test_paper_search_on_a_flat_landscape_refines_only_the_best_grid_points(monk
     monkeypatch.setattr(paper, "N_REFINE", 10**9)
     full = paper.fit(p, *grids)
     assert capped.sse <= full.sse * (1 + 1e-9) + 1e-15
+
+
+# ---- the trust signal wherever a forecast is shown ---------------------------------------------------------------
+
+
+def test_live_forecast_logs_the_trust_signal_and_the_progress_line_says_it(tmp_path):
+    import json
+
+    from scalerl.config import ForecastConfig
+    from scalerl.forecast import Forecaster, describe_record, describe_trust
+
+    x, y = _real("rlscaling_qwen3-8b-base_grpo_gsm8k")
+    fc = Forecaster(ForecastConfig())
+    for c, v in zip(x, y):
+        keys = fc.update(float(c), float(v))
+    assert keys["forecast/better_than_ruler"] in (0.0, 1.0) and keys["forecast/reliable"] == 1.0
+    t = fc.last_fit.trust
+    assert keys["forecast/trust_err"] == t["forecast_err"] and keys["forecast/carry_forward_err"] == t["carry_forward_err"]
+    line = describe_record({"compute/device_hours": float(x[-1]), **keys})
+    assert "a ruler on this run's past" in line and f"{t['forecast_err']:.3f}" in line
+    fc.write_final(tmp_path, "t")
+    fit = json.loads((tmp_path / "fit.json").read_text())["fits"][0]
+    assert fit["trust"]["summary"] == describe_trust(fit) and "carrying the last value forward" in fit["trust"]["summary"]
+    # an unreliable fit says why in the trust line
+    bad = {"trust": {"summary": "s", "warnings": ["the reward falls"]}, "reliable": False}
+    assert describe_trust(bad) == "s; Eq. 1 does not describe this run: the reward falls"
+
+
+def test_compare_shows_whether_each_forecast_beats_a_ruler(capsys, monkeypatch):
+    import json
+
+    from scalerl.cli import main
+
+    paths = [str(DATA / f"{n}.csv") for n in ("rlscaling_qwen3-8b-base_grpo_gsm8k", "gpg_qwen2-7b_math")]
+    main(["compare", *paths, "--x", "step", "--y", "value", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    for row, fit in zip(d["ranking"], d["fits"]):
+        assert row["trust"] == fit["trust"] and {"summary", "better_than_ruler"} <= set(row["trust"])
+    monkeypatch.setenv("COLUMNS", "250")  # wide enough that rich does not shorten the header
+    main(["compare", *paths, "--x", "step", "--y", "value"])
+    assert "beats ruler" in " ".join(capsys.readouterr().out.split())
