@@ -5,17 +5,22 @@ Eq. 1 (A, B, Cmid) is what ``compare`` ranks; this module only decides what to *
 the fit window, and says how well that prediction did on the run's own past.
 
 * **Level.** Real evaluations are noisy, so the forecast starts from a robust estimate of where the run is now:
-  the fitted law at the window's last compute plus the mean residual of the window's last quarter (at least 3
-  points). When Eq. 1 describes the tail that correction is ~0; when it misfits the tail (a saturating fit below
-  the data), the level follows the data.
-* **Gain.** The law's further rise, ``law(C) − law(C_end)``, is added with a weight ``w ∈ {0, ½, 1}`` chosen by an
+  the fitted law at the window's last compute plus the expected residual, the mean of two estimates (a forecast
+  combination): the residuals' AR(1)-drift state from a Kalman filter (the noise model of :mod:`.uncertainty`,
+  decaying back to the law with the horizon) and the mean residual of the window's last quarter (at least 3
+  points, persistent). When Eq. 1 describes the tail both are ~0; when it misfits the tail (a saturating fit
+  below the data) the level follows the data. After a collapse (:func:`scalerl.curves.fit.falls`) the last
+  evaluation is the level.
+* **Gain.** The law's further rise, ``law(C) − law(C_end)``, is followed or not (weight ``w ∈ {0, 1}``), chosen by an
   inner backtest on the window itself (time-series cross-validation): the law refitted on the window's first
   :data:`FIT_FRACTION` of points, scored on the rest, against the same level held flat. The weight with the
-  smallest error wins; a law that did not help on the run's own past is not followed into the future.
-* **Interval.** A held-out evaluation differs from the forecast by evaluation noise (σ, from the successive
-  differences of the window's residuals), the error of the level (σ²/m), and drift that grows with the horizon
-  (measured by the same inner backtest, per window-span of horizon). The band is normal with that variance,
-  widened by :data:`CALIBRATION`, the factor that gave 80 % coverage at 80 % on the real-curve corpus
+  smallest error wins, and the law is followed only if it also beat carrying the last value forward there: a
+  law that did not beat a ruler on the run's own past is not followed into the future.
+* **Interval.** A held-out evaluation differs from the forecast by white evaluation noise, the filter's error on
+  the current drift, the drift's spread as it decorrelates over the evaluations ahead (all from the noise model),
+  and an error that grows linearly with the horizon beyond that (measured by the same inner backtest, per
+  window-span of horizon). The band is normal with that variance, widened by :data:`CALIBRATION`, one factor for
+  all curves and cuts, chosen so that 80 % bands cover ~80 % of the held-out points of the real-curve corpus
   (``bench/forecast_backtest.py``; docs/RESULTS.md).
 * **Trust.** The inner backtest is also the trust signal: "fitted on its first 60 %, the forecast predicted the
   next 40 % within e; carrying the last value forward: e_cf". ``better_than_ruler`` is ``e < e_cf``.
@@ -150,9 +155,13 @@ class Backtest:
 
     @property
     def weight(self) -> float:
-        """The weight whose error, plus a handicap of ``(1 − w)·margin`` against not following the law, is smallest:
-        the law's gain is dropped only when holding the level beat it by more than the backtest's own noise."""
-        return min(self.errors, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
+        """The weight whose error, plus a handicap of ``(1 − w)·margin`` against not following the law, is smallest
+        (the law's gain is dropped only when holding the level beat it by more than the backtest's own noise); and 0
+        when even that forecast did no better than carrying the last value forward: a curve that did not beat a
+        ruler on the run's own past is not followed into its future (the trust line then says "holding the
+        current level")."""
+        best = min(self.errors, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
+        return best if self.errors[best] < self.carry_forward_err else 0.0
 
 
 def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: bool) -> Backtest | None:
