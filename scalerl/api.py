@@ -15,6 +15,7 @@ numpy + scipy (+ matplotlib when plotting); never torch.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -66,15 +67,23 @@ def fit(source: Source | None = None, *, x: Any = None, y: Any = None, **options
 
 
 def forecast(fit_result: FitResult, at: float | Sequence[float]) -> Array:
-    """The fitted curve's reward at the computes ``at`` (extrapolation beyond the data is the point, §2)."""
-    return np.asarray(fit_result.predict(np.asarray(at, dtype=float)))
+    """The reward scalerl forecasts at the computes ``at`` (``FitResult.forecast``: the current level plus Eq. 1's
+    further gain when the run's own history supports it; the numbers ``scalerl fit`` prints). Its band:
+    ``fit_result.forecast_interval(at, level=0.8)``; Eq. 1 itself: ``fit_result.predict(at)``."""
+    return np.asarray(fit_result.forecast(np.asarray(at, dtype=float)))
 
 
 def compare(sources: Sequence[Source], margin: float = 0.02, *, x: Any = None, y: Any = None,
             **options: Any) -> Comparison:
     """Rank runs by the paper's rule (§2): A first; A within ``margin`` is a tie, broken by B at the tie's mean A.
-    ``sources`` are fits or anything :func:`fit` reads (with the same ``x``/``y`` columns and ``options``)."""
-    return compare_fits([fit(s, x=x, y=y, **options) for s in sources], margin=margin)
+    ``sources`` are fits or anything :func:`fit` reads (with the same ``x``/``y`` columns and ``options``).
+
+    Each of ``Comparison.warnings`` (e.g. a run ranked by an A its data has not identified) is also raised as a
+    Python ``UserWarning``, so a notebook shows it as plainly as the CLI prints it."""
+    result = compare_fits([fit(s, x=x, y=y, **options) for s in sources], margin=margin)
+    for message in result.warnings:
+        warnings.warn(message, UserWarning, stacklevel=2)
+    return result
 
 
 def plot(fits: Sequence[FitResult], path: str | Path, **options: Any) -> Path:

@@ -6,6 +6,12 @@ The evaluation at zero compute is the initial reward R0 (design.md). Fitting use
 ``forecast.fit_from`` unset the early points are left out as ``scalerl fit`` leaves them out
 (``curves.fit.default_fit_from``, App. A.7).
 
+Beside A, each update logs the trust signal (:mod:`scalerl.curves.trust`): ``forecast/trust_err`` (how well the
+forecast predicted the last 40 % of the evaluations so far from the first 60 %), ``forecast/carry_forward_err``
+(the same for carrying the last value forward), ``forecast/better_than_ruler`` and ``forecast/reliable`` (0 when
+Eq. 1 does not describe the run: a step, a fall, A below the current level). ``fit.json`` holds each fit's
+``trust`` object, and each prediction its 80 % band (``lo_80``, ``hi_80``).
+
 A fit that has not identified A (the run has not passed Cmid, or the interval on A is open at the top) is shown
 as a lower bound, ``A ≥ lo``: the fitted A then sits at the search's bound and is no estimate (§2: fit past Cmid
 before trusting A). ``fit.json`` also holds the paper's extrapolation check (§2, §5.5): the fit on the first half
@@ -35,12 +41,29 @@ def describe_A(A: float, lo: float | None, hi: float | None, identified: bool, p
 
 
 def describe_record(record: dict[str, Any]) -> str | None:
-    """:func:`describe_A` for a metrics line (``forecast/*`` keys), or None when it holds no forecast."""
+    """:func:`describe_A` for a metrics line (``forecast/*`` keys), or None when it holds no forecast; with the
+    trust signal when the line has one (whether the curve beat carrying the last value forward on its own past)."""
     if record.get("forecast/A") is None:
         return None
     past = record.get("compute/device_hours", 0.0) >= record.get("forecast/Cmid", float("inf"))
-    return describe_A(record["forecast/A"], record.get("forecast/A_lo"), record.get("forecast/A_hi"),
+    text = describe_A(record["forecast/A"], record.get("forecast/A_lo"), record.get("forecast/A_hi"),
                       bool(record.get("forecast/identified")), past)
+    err, ruler = record.get("forecast/trust_err"), record.get("forecast/carry_forward_err")
+    if err is not None and ruler is not None:
+        verdict = "beats" if err < ruler else "does not beat"
+        text += f"; forecast {verdict} a ruler on this run's past ({err:.3f} vs {ruler:.3f})"
+    if record.get("forecast/reliable") == 0.0:
+        text += "; Eq. 1 does not describe this run (forecast holds the current level)"
+    return text
+
+
+def describe_trust(fit: dict[str, Any]) -> str:
+    """The trust line of a fit in ``fit.json`` form (``trust.summary``), with the one-line reason when Eq. 1 does
+    not describe the run."""
+    trust = fit.get("trust") or {}
+    text = trust.get("summary", "no trust record")
+    return text if fit.get("reliable", True) else text + "; Eq. 1 does not describe this run: " + "; ".join(
+        trust.get("warnings") or ["see the warnings"])
 
 
 def describe_fit(fit: dict[str, Any]) -> str:
@@ -58,6 +81,7 @@ class Forecaster:
         self.x: list[float] = []
         self.y: list[float] = []
         self.domains: dict[str, Forecaster] = {}  # domain -> its own fit of val/<domain>/pass_rate
+        self.last_fit: Any | None = None  # the latest FitResult (its forecast and interval), None before one
 
     def state_dict(self) -> dict[str, Any]:
         return {"x": list(self.x), "y": list(self.y), "domains": {d: f.state_dict() for d, f in self.domains.items()}}
@@ -104,7 +128,9 @@ class Forecaster:
         fit = self._fit(ci=True)
         if fit is None:
             return out
+        self.last_fit = fit
         lo, hi = fit.A_ci
+        trust = fit.trust or {}
         return {
             "forecast/A": fit.A,
             "forecast/A_lo": lo,
@@ -113,6 +139,10 @@ class Forecaster:
             "forecast/Cmid": fit.Cmid,
             "forecast/R0": fit.R0,
             "forecast/identified": float(fit.identified),
+            "forecast/reliable": float(fit.reliable),
+            "forecast/better_than_ruler": float(bool(trust.get("better_than_ruler"))),
+            **{f"forecast/{k}": trust[j] for k, j in (("trust_err", "forecast_err"), ("carry_forward_err",) * 2)
+               if trust.get(j) is not None},
             **out,
         }
 

@@ -44,3 +44,18 @@ def test_api_fit_from_a_file_equals_the_cli(tmp_path, capsys):
         api.fit(x=[0, 1, 2], y=[0.1, 0.1, 0.1])
     with pytest.raises(TypeError, match="needs a source"):
         api.fit(x=c)
+
+
+def test_compare_raises_a_warning_for_an_unidentified_A():
+    """issue 26: the API must make an unidentified A as hard to miss as the CLI's warning line."""
+    from scalerl.curves.synthetic import TABLE1, simulate_eval_curve
+
+    compute = np.concatenate([[0.0], np.linspace(160, 16000, 100)])
+    reward = simulate_eval_curve(TABLE1["scalerl-8b"], compute, seed=0)
+    from scalerl.curves import fit_curve
+
+    early = fit_curve(compute[:12], reward[:12], source="early")
+    assert not early.identified
+    with pytest.warns(UserWarning, match="early: A is not identified"):
+        ranking = api.compare([early, fit_curve(compute, reward, source="full")])
+    assert any("early" in w for w in ranking.warnings)

@@ -138,7 +138,7 @@ def test_callback_in_a_plain_trainer_on_steps_and_device_hours(tmp_path, one_thr
     assert all(b > a > 0 for a, b in zip(hours.forecaster.x, hours.forecaster.x[1:]))
     logged = [e for e in trainer.state.log_history if "compute/device_hours" in e]
     assert [e["step"] for e in logged] == list(range(2, 13, 2))
-    assert steps.last["forecast/pred_at_budget"] == pytest.approx(steps.forecaster._fit(ci=False).predict(12.0))
+    assert steps.last["forecast/pred_at_budget"] == pytest.approx(steps.forecaster._fit(ci=True).forecast(12.0))
     trainer.save_state()
     fit = json.loads((tmp_path / "fit.json").read_text())["fits"][0]  # the last callback to finish wrote it
     assert fit["x"] == "step" and fit["y"] == "eval_loss"

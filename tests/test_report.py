@@ -84,11 +84,14 @@ def test_heldout_check_and_forecasts_are_what_the_fit_says(sweep_dir):
     # the first half is compute <= 1.5 (steps 0..75); the 15 evaluations at steps 80..150 are held out
     assert good.heldout is not None and good.heldout.n == 15 and good.heldout.fit_until == pytest.approx(1.5)
     assert good.heldout.end_true == pytest.approx(good.fit.y[-1])
-    # predictions at 2x and 10x the run's compute (3.0 device-hours), from Eq. 1 with the fitted parameters
+    # predictions at 2x and 10x the run's compute (3.0 device-hours): the reported forecast, the current level
+    # plus Eq. 1's further gain (all of it, or none when the run's own backtest says holding the level is better)
     f = good.fit
     assert [p.compute for p in good.predictions] == pytest.approx([6.0, 30.0])
     for p in good.predictions:
-        assert p.reward == pytest.approx(f.R0 + (f.A - f.R0) / (1 + (f.Cmid / p.compute) ** f.B))
+        assert p.reward == pytest.approx(float(f.forecast(p.compute)))
+        gain = f.predict(p.compute) - f.predict(f.fit_window[1])
+        assert p.reward == pytest.approx(f.forecaster.now.level + f.forecaster.weight * gain, abs=0.05)
     # the synthetic curve: A = 0.62, and its evaluation noise is small, so the fit recovers it and the
     # first-half fit predicts the held-out half closely
     assert f.A == pytest.approx(0.62, abs=0.03)
@@ -142,7 +145,17 @@ def test_an_unidentified_A_is_shown_as_a_bound_everywhere_in_the_report(tmp_path
     rows = [row for row in re.findall(r"<tr[^>]*>(.*?)</tr>", html, flags=re.S) if ">early<" in row]
     assert len(rows) >= 3  # fits table, held-out check, ranking
     for row in rows:
+        row = re.sub(r"\[[0-9.]+, [0-9.]+\] <span class=meta>", "", row)  # a forecast's 80% band is no A
         assert f"{early.fit.A:.3f}" not in row.replace(f"{early.fit.A_ci[0]:.3f}", "")
     assert sum(bound in row for row in rows) >= 2
     assert f"<b>{bent.fit.A:.3f}</b>" in html
     assert _A_text(early.fit) == bound and _A_text(bent.fit) == f"={bent.fit.A:.3f}"
+
+
+def test_report_shows_each_forecast_with_its_band_and_trust_line(sweep_dir, tmp_path):
+    """issue 26: a trust signal in every place a forecast is shown, the report included."""
+    a = write_report(sweep_dir / "good", tmp_path / "one.html")
+    html = (tmp_path / "one.html").read_text()
+    assert "trust: the run&#x27;s own history" in html or "trust: the run's own history" in html
+    assert a.runs[0].fit.trust["summary"].split(";")[0].replace("%", "") in html.replace("%", "")
+    assert "carrying the last value forward" in html and "80% band" in html

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
+from scalerl.commands import add_row
 from scalerl.errors import UserError, check_number, check_writable_file
 
 if TYPE_CHECKING:
@@ -188,6 +189,7 @@ def _console() -> Any:
 
 
 def _print_fits(fits: list["FitResult"]) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     from scalerl.curves.fit import format_compute as _c
@@ -196,11 +198,12 @@ def _print_fits(fits: list["FitResult"]) -> None:
     power = fits[0].model == "power"
     table = Table(title="power-law fits, R = A − D·C^(−B) (App. A.4)" if power else f"Eq. 1 fits (method {fits[0].method})")
     cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
-    for col in cols + ("held-out |err| mean / max",):
+    for col in cols + ("held-out |err| mean / max", "beats ruler"):
         table.add_column(col, no_wrap=True)
     for f in fits:
         h = f.heldout
-        table.add_row(
+        add_row(
+            table,
             short_name(f.source),
             str(f.n_points),
             f"{_c(f.fit_window[0])}–{_c(f.fit_window[1])}",
@@ -212,15 +215,45 @@ def _print_fits(fits: list["FitResult"]) -> None:
             "–" if f.Cmid != f.Cmid else _c(f.Cmid),
             f"{f.rmse:.4f}",
             f"{h['mean_abs_err']:.4f} / {h['max_abs_err']:.4f} ({h['n']} points)" if h else "–",
+            _beats_ruler(f),
         )
     console = _console()
     console.print(table)
     for f in fits:
-        lines = [f"at {_c(c)}: {r:.3f}" for c, r in f.predictions]
-        if f.target:
-            lines.append(f"target {f.target['y']:g}: {f.target['note']}")
-        if lines:
-            console.print(f"{short_name(f.source)} predicts {f.y_name} " + "; ".join(lines))
+        console.print(escape(forecast_lines(f)))
+
+
+def _beats_ruler(f: "FitResult") -> str:
+    """The trust column: did the forecast beat carrying the last value forward on the run's own history? (The
+    numbers are in the trust line under the table.)"""
+    t = f.trust or {}
+    if t.get("forecast_err") is None:
+        return "–"
+    return "yes" if t["better_than_ruler"] else "NO"
+
+
+def forecast_lines(f: "FitResult") -> str:
+    """What a fit forecasts, as the CLI prints it: each prediction with its 80% band, the trust line, and, when Eq. 1
+    does not describe the run, the reason instead of a confident number."""
+    from scalerl.curves.fit import format_compute as _c
+    from scalerl.curves.plot import short_name
+
+    name = short_name(f.source)
+    lines = []
+    if f.predictions:
+        lo, hi = f.forecast_interval([c for c, _ in f.predictions], level=0.8)
+        preds = "; ".join(f"at {_c(c)}: {r:.3f} [{a:.3f}, {b:.3f}]" for (c, r), a, b in zip(f.predictions, lo, hi))
+        if f.reliable:
+            lines.append(f"{name} predicts {f.y_name} {preds} (80% band for one evaluation)")
+        else:
+            why = "; ".join((f.trust or {}).get("warnings") or ["see the warnings"])
+            lines.append(f"{name}: UNRELIABLE, Eq. 1 does not describe this run ({why}); holding the current "
+                         f"level: {preds} (80% band)")
+    if f.target:
+        lines.append(f"{name} target {f.target['y']:g}: {f.target['note']}")
+    if f.trust:
+        lines.append(f"{name} trust: {f.trust['summary']}")
+    return "\n".join(lines)
 
 
 def fit(
@@ -322,12 +355,14 @@ def _print_comparison(result: Any) -> None:
     from scalerl.curves.plot import short_name
 
     table = Table(title=f"Ranking (§2): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
-    cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A")
+    cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A",
+            "beats ruler")
     for col in cols:
         table.add_column(col, no_wrap=True)
     for r in result.ranked:
         tied = r.group_A is not None
-        table.add_row(
+        add_row(
+            table,
             str(r.rank),
             short_name(r.fit.source),
             r.fit.format_A(),
@@ -339,6 +374,7 @@ def _print_comparison(result: Any) -> None:
             f"{r.group_A:.3f}" if tied else "–",
             f"{r.refit.B:.2f}" if r.refit else "–",
             _c(r.refit.Cmid) if r.refit and r.refit.Cmid == r.refit.Cmid else "–",
+            _beats_ruler(r.fit),
         )
     _console().print(table)
 

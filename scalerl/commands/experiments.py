@@ -17,6 +17,8 @@ def _print_records(records: list, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from scalerl.commands import add_row
+
     table = Table(title=f"sweep in {out} (index: {out / 'sweep.json'})")
     for col in ("run", "status", "this time", "A", "B", "Cmid"):
         table.add_column(col)
@@ -24,7 +26,7 @@ def _print_records(records: list, out: Path) -> None:
         fit = (rec.summary or {}).get("fit") or {}
         num = lambda k, f: format(fit[k], f) if isinstance(fit.get(k), (int, float)) else "-"  # noqa: E731
         status = rec.status if rec.error is None else f"{rec.status}: {rec.error}"
-        table.add_row(rec.name, status, rec.action, num("A", ".3f"), num("B", ".2f"), num("Cmid", ".3g"))
+        add_row(table, rec.name, status, rec.action, num("A", ".3f"), num("B", ".2f"), num("Cmid", ".3g"))
     Console().print(table)
 
 

@@ -28,6 +28,8 @@ def presets(
     from rich.console import Console
     from rich.table import Table
 
+    from scalerl.commands import add_row
+
     from scalerl.config import to_yaml
     from scalerl.presets import LOO_COMPONENTS, config_diff, list_presets, loo_variants, resolve_preset, resolve_variant
 
@@ -43,7 +45,7 @@ def presets(
     for name, description in list_presets():
         diff = config_diff(base_cfg, resolve_preset(name))
         lines = [f"{path}: {_fmt(a)} -> {_fmt(b)}" for path, a, b in diff]
-        table.add_row(name, description, "\n".join(lines) or "(same)")
+        add_row(table, name, description, "\n".join(lines) or "(same)")
 
     loo = Table(title=f"Leave-one-out variants of {base} (§5.5): scalerl loo --base {base}", show_lines=True)
     loo.add_column("variant", style="bold", no_wrap=True)
@@ -51,7 +53,7 @@ def presets(
     loo.add_column("--set overrides")
     for name, overrides in loo_variants(base).items():
         path, donor = LOO_COMPONENTS[name]
-        loo.add_row(name, f"{path} (as in {donor})", "\n".join(overrides))
+        add_row(loo, name, f"{path} (as in {donor})", "\n".join(overrides))
 
     console = Console()
     console.print(table)

@@ -79,6 +79,7 @@ class Comparison:
                     "group_A": r.group_A,
                     "B_at_group_A": r.refit.B if r.refit else None,
                     "Cmid_at_group_A": r.refit.Cmid if r.refit else None,
+                    "trust": r.fit.trust,
                 }
             )
         return {

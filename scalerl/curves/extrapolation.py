@@ -27,7 +27,7 @@ class HeldOut:
     mean_abs_err: float
     max_abs_err: float
     A: float
-    end_pred: float  # the half fit's prediction at the last evaluation ...
+    end_pred: float  # the half fit's forecast at the last evaluation ...
     end_true: float  # ... and what was measured there
     A_ci: tuple[float | None, float | None] | None = None  # the half fit's interval on A
     identified: bool = False  # whether the half fit identified A
@@ -68,6 +68,6 @@ def half_budget_check(
         return None, "no evaluation after the first half"
     return HeldOut(
         fit_until=half.fit_window[1], n=int(half.heldout["n"]), mean_abs_err=half.heldout["mean_abs_err"],
-        max_abs_err=half.heldout["max_abs_err"], A=half.A, end_pred=float(half.predict(xa[-1])),
+        max_abs_err=half.heldout["max_abs_err"], A=half.A, end_pred=float(half.forecast(xa[-1])),
         end_true=float(ya[-1]), A_ci=half.A_ci, identified=half.identified, A_ci_open=tuple(half.A_ci_open),
     ), None

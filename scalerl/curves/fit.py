@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from scalerl.curves import paper, power, uncertainty, vp
+from scalerl.curves import paper, power, trust, uncertainty, vp
 from scalerl.curves.series import FitError, Series, TooFewPoints, check
 from scalerl.curves.sigmoid import Array, power_law, sigmoid, sigmoid_inverse
 from scalerl.errors import UserError
@@ -35,6 +35,14 @@ MODELS = ("sigmoid", "power")  # Eq. 1, or the power law of App. A.4
 
 EARLY_FRACTION = 1500 / 16000  # App. A.7: the paper's fits start after ~1.5k of a 16k GPU-h run
 MIN_KEPT = 6  # the early-point exclusion never leaves fewer points than this in the window
+JUMP_RATIO = 20.0  # an early jump rises at least this many times faster than the rest of the window ...
+JUMP_SHARE = 0.25  # ... ends within this share of the window's compute ...
+JUMP_NOISE = 5.0  # ... and rises by at least this many noise σ (and half the window's total rise) ...
+JUMP_SECOND = 0.1  # ... and a second phase follows: a further rise of 5 σ and this share of the jump ...
+JUMP_SUSTAINED = 0.15  # ... still rising: at least this share of it after its midpoint (a sigmoid's tail is not)
+FALL_NOISE = 10.0  # a collapse: the last evaluation this many noise σ below the window's best mean of 3 (no excursion of noise, even heavy-tailed, gets there)
+MIN_PAST_CMID = 3  # A is called identified only with at least this many evaluations past Cmid (one pins nothing)
+BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
 
 
 @dataclass
@@ -71,12 +79,32 @@ class FitResult:
     model: str = "sigmoid"  # "power": R = A − D·C^(−B) (App. A.4); R0 and Cmid then describe the same tail
     D: float | None = None  # the power law's constant
     grids: Grids = (None, None)  # the grid-search method's grids, so that a refit uses the same ones
+    fit_start: dict[str, Any] | None = None  # where the window starts and by which rule
+    forecaster: trust.Forecast | None = None  # the forecast after the window (None: not computed)
+    trust: dict[str, Any] | None = None  # how the run's own history backtests (:func:`trust.trust_json`)
+    reliable: bool = True  # False: Eq. 1 does not describe the data; the forecast holds the current level
 
     def predict(self, c: Any) -> Array:
         """The fitted law (Eq. 1, or the power law) at compute ``c``."""
         if self.model == "power":
             return power_law(c, self.A, float(self.D), self.B)
         return sigmoid(c, self.R0, self.A, self.B, self.Cmid)
+
+    def forecast(self, c: Any) -> Array:
+        """The reward scalerl forecasts at compute ``c``: inside the window the fitted law; after it, the current
+        level plus the share of the law's further gain that the run's own history supports (:mod:`.trust`).
+        These are the numbers printed and written as predictions, and the ones ``heldout`` scores."""
+        return self.forecaster(self.predict, c) if self.forecaster is not None else self.predict(c)
+
+    def forecast_interval(self, c: Any, level: float = 0.8) -> tuple[Array, Array]:
+        """(lo, hi) arrays: where a single evaluation at compute ``c`` should fall with probability ``level``
+        (evaluation noise, the level's error and drift growing with the horizon; calibrated on real curves)."""
+        if not 0 < level < 1:
+            raise UserError(f"interval level must be between 0 and 1, got {level}")
+        if self.forecaster is None:
+            mid = np.asarray(self.predict(c), dtype=float)
+            return mid, mid
+        return self.forecaster.interval(self.predict, c, level)
 
     def compute_to_reach(self, r: float) -> float:
         """The compute at which the fitted curve reaches reward ``r`` (``inf`` if it never does)."""
@@ -91,7 +119,9 @@ class FitResult:
         return format_interval(self.A_ci, self.A_ci_open)
 
     def format_A(self) -> str:
-        """:func:`format_A` of this fit."""
+        """:func:`format_A` of this fit; the power law's A with the note that it has no interval."""
+        if self.model == "power" and not self.A_fixed:
+            return f"{self.A:.3f} (no interval)"
         return format_A(self.A, self.A_ci[0] if self.A_ci else None, self.identified)
 
     @property
@@ -118,7 +148,8 @@ class FitResult:
             "n_points": self.n_points,
             "fit_window": list(self.fit_window),
             "rmse": self.rmse,
-            "predictions": [{"x": c, "y": r} for c, r in self.predictions],
+            "predictions": [{"x": c, "y": r, "lo_80": float(lo), "hi_80": float(hi)}
+                            for (c, r), lo, hi in zip(self.predictions, *self.forecast_interval([c for c, _ in self.predictions]))],
             "heldout": self.heldout,
             "target": self.target,
             "R0_fixed": self.R0_fixed,
@@ -128,6 +159,10 @@ class FitResult:
             "ci_level": self.ci_level,
             "noise": self.noise,
             "warnings": list(self.warnings),
+            "fit_start": self.fit_start,
+            "reliable": self.reliable,
+            "forecast": self.forecaster.to_json() if self.forecaster is not None else None,
+            "trust": self.trust,
         }
 
 
@@ -136,20 +171,66 @@ def format_compute(v: float) -> str:
     return f"{v:,.0f}" if 100 <= abs(v) < 1e7 else f"{v:.3g}"
 
 
-def default_fit_from(x: Sequence[float] | Array, fit_until: float | None = None) -> float:
+def default_fit_from(
+    x: Sequence[float] | Array, fit_until: float | None = None, y: Sequence[float] | Array | None = None
+) -> float:
     """Where a fit starts when the user does not say: the early-point exclusion of §2 / App. A.7.
 
     The paper leaves out the first ~1.5k of 16k GPU-h (about the first epoch), where the reward rises almost
     linearly and is noisiest relative to its change; larger cutoffs left too few points. The same share,
     :data:`EARLY_FRACTION` (≈ 9.4 %) of the window's last compute (the largest ≤ ``fit_until``), is cut here, but
-    never so much that fewer than :data:`MIN_KEPT` points remain. The point at compute 0 still fixes R0."""
+    never so much that fewer than :data:`MIN_KEPT` points remain. The point at compute 0 still fixes R0.
+
+    With the rewards ``y``, the start moves past an early jump if there is one (:func:`jump_end`)."""
     xa = np.asarray(x, dtype=float)
     if xa.size == 0:
         return 0.0
     inside = np.sort(xa[(xa > 0) & (xa <= (fit_until if fit_until is not None else np.inf))])
     if inside.size < MIN_KEPT:
         return 0.0
-    return min(EARLY_FRACTION * float(inside[-1]), float(inside[-MIN_KEPT]))
+    start = min(EARLY_FRACTION * float(inside[-1]), float(inside[-MIN_KEPT]))
+    jump = jump_end(xa, np.asarray(y, dtype=float), fit_until) if y is not None else None
+    return max(start, jump) if jump is not None else start
+
+
+def jump_end(x: Array, y: Array, fit_until: float | None = None) -> float | None:
+    """Where an early transient (format learning, 0.00 → 0.46 in a few evaluations) ends, or None.
+
+    The rule, on the points up to ``fit_until`` (compute 0 included) with the reward smoothed by a running
+    median of 3: the window starts at the evaluation, within the first :data:`JUMP_SHARE` of the window's compute
+    and keeping :data:`MIN_KEPT` points, that maximises (average rate of rise before it) / (average rate after it),
+    when that ratio exceeds :data:`JUMP_RATIO`, the rise before it is at least half the window's total rise and
+    :data:`JUMP_NOISE` noise σ, and the rise after it (the second phase) is at least :data:`JUMP_NOISE` σ and
+    :data:`JUMP_SECOND` of the jump, with :data:`JUMP_SUSTAINED` of that after its midpoint. One sigmoid does not
+    rise, slow twentyfold, and keep rising steadily; a steep sigmoid that has saturated has no sustained second
+    phase (its remaining rise comes right after the knee) and keeps its early points. The paper drops early points for the same
+    reason (App. A.7): they are not the scaling regime."""
+    from scipy.ndimage import median_filter
+
+    keep = x <= (fit_until if fit_until is not None else np.inf)
+    xs, ys = x[keep], y[keep]
+    if xs.size < MIN_KEPT + 2:
+        return None
+    s = median_filter(ys, size=3, mode="nearest")
+    sigma = 1.4826 * float(np.median(np.abs(np.diff(ys)))) / np.sqrt(2)
+    x0, s0, x_end, s_end = xs[0], s[0], xs[-1], float(np.mean(s[-3:]))
+    total = float(s.max()) - s0
+    best, best_ratio = None, JUMP_RATIO
+    for k in range(1, xs.size - MIN_KEPT + 1):
+        if xs[k] - x0 > JUMP_SHARE * (x_end - x0):
+            break
+        rise = s[k] - s0
+        if rise < 0.5 * total or rise < JUMP_NOISE * sigma or rise <= 0:
+            continue
+        later = s_end - s[k]
+        late_half = s_end - float(np.interp((xs[k] + x_end) / 2, xs, s))
+        if later < max(JUMP_NOISE * sigma, JUMP_SECOND * rise) or late_half < JUMP_SUSTAINED * later:
+            continue  # no sustained second phase: a steep sigmoid that has saturated, as Eq. 1 describes it
+        before = rise / (xs[k] - x0)
+        after = later / (x_end - xs[k])
+        if before / after > best_ratio:
+            best, best_ratio = float(xs[k]), before / after
+    return best
 
 
 def window_mask(x: Array, fit_from: float | None, fit_until: float | None) -> Array:
@@ -210,10 +291,15 @@ def fit_curve(
         raise UserError(f"model {model!r} is not known; use one of: {', '.join(MODELS)}")
     if (a_grid is not None or cmid_grid is not None) and method not in GRID_METHODS:
         raise UserError(f"--a-grid/--cmid-grid set the grids of --method paper, not of --method {method}")
+    start_rule = "given"
     if fit_from is None:
-        fit_from = default_fit_from(xa, fit_until)
+        paper_start = default_fit_from(xa, fit_until)
+        fit_from = default_fit_from(xa, fit_until, ya)
+        start_rule = "early jump" if fit_from > paper_start else "paper (App. A.7)"
 
     at_zero = xa == 0
+    if start_rule == "early jump" and R0 is None:
+        at_zero = np.zeros_like(at_zero)  # the reward before the jump is not the scaling regime's R0: fit it
     R0_fixed = R0 is not None or bool(at_zero.any())
     R0_val = float(R0) if R0 is not None else (float(ya[at_zero].mean()) if at_zero.any() else None)
     if bounded and R0_val is not None and not 0 <= R0_val <= 1:
@@ -241,6 +327,12 @@ def fit_curve(
             warnings.append(
                 f"{source}: the fit window ends at {format_compute(hi_x)}, before the curve's midpoint "
                 f"(Cmid ≈ {format_compute(q.Cmid)}): A is not identified yet; train past Cmid or fix A"
+            )
+        elif int(np.sum(p.x > q.Cmid)) < MIN_PAST_CMID:
+            identified = False
+            warnings.append(
+                f"{source}: only {int(np.sum(p.x > q.Cmid))} evaluation(s) after the curve's midpoint "
+                f"(Cmid ≈ {format_compute(q.Cmid)}): too few to pin A down; train further past Cmid or fix A"
             )
         elif A_open[1]:
             warnings.append(
@@ -280,29 +372,103 @@ def fit_curve(
         D=D,
         grids=grids,
     )
-    result.predictions = [(float(c), float(result.predict(c))) for c in predict_at]
+    result.fit_start = {"x": lo_x, "rule": start_rule, "fit_from": float(fit_from)}
+    _attach_forecast(result, p, lambda xf, yf: _law(vp.Problem(xf, yf, p.R0, p.A, bounded), method, model, grids, source))
+    result.predictions = [(float(c), float(result.forecast(c))) for c in predict_at]
+    _check_support(result)
     result.heldout = _score_heldout(result)
     if target is not None:
         result.target = _target(result, float(target))
     return result
 
 
+def _law(p: vp.Problem, method: str, model: str, grids: Grids, source: str) -> Callable[[Array], Array]:
+    """The law fitted to ``p`` without interval or forecast (the inner backtest's refit on a prefix)."""
+    _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, p.A), source, None, None)
+    if model == "power":
+        w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
+        return lambda c: power_law(c, w.A, w.D, w.B)
+    # vp from its single best grid start (the main fit refines three): a backtest needs the basin, not 1e-12
+    q = vp.fit(p, n_starts=1) if method == "vp" else FIT_METHODS.get(method, "method")(p, vp.make_grid(p), grids)
+    return lambda c: sigmoid(c, q.R0, q.A, q.B, q.Cmid)
+
+
+def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
+    """Why Eq. 1 does not describe the window (empty when it does): B or Cmid at its search bound, A fitted
+    below values already seen, or a reward that falls."""
+    why = []
+    if r.model == "sigmoid":
+        (blo, bhi), (clo, chi) = p.log_B_bounds, p.log_Cmid_bounds
+        if min(abs(np.log(r.B) - blo), abs(np.log(r.B) - bhi)) < BOUND_TOL * (bhi - blo):
+            why.append(f"B = {r.B:.3g} is at its search bound (a step, not a sigmoid)")
+        if min(abs(np.log(r.Cmid) - clo), abs(np.log(r.Cmid) - chi)) < BOUND_TOL * (chi - clo):
+            why.append(f"Cmid = {format_compute(r.Cmid)} is at its search bound")
+    sigma = float(np.sqrt(now.noise + now.var + now.drift))
+    top = r.A_ci[1] if r.A_ci is not None and r.A_ci[1] is not None and not r.A_fixed else r.A
+    if r.model == "sigmoid" and top < now.level - 2 * sigma:
+        why.append(f"A = {r.A:.3f} (interval top {top:.3f}) is below the run's current level ({now.level:.3f})")
+    if falls(p.y):
+        peak = float(np.max(np.convolve(p.y, np.ones(3) / 3, mode="valid")))
+        why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); Eq. 1 cannot fall")
+    return why
+
+
+def falls(y: Array) -> bool:
+    """Whether the last evaluation lies below the window's best mean of 3 consecutive evaluations by more than
+    :data:`FALL_NOISE` noise σ (σ from the median successive difference, which one collapse does not inflate)."""
+    if y.size < 4:
+        return False
+    sigma = 1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2)
+    peak = float(np.max(np.convolve(y, np.ones(3) / 3, mode="valid")))
+    return bool(peak - y[-1] > FALL_NOISE * max(sigma, 1e-12))
+
+
+def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array], Callable[[Array], Array]]) -> None:
+    """The forecast after the window, its trust record, and the degenerate-fit flags (:mod:`.trust`)."""
+    now = trust.local_level(r.predict, p.x, p.y, held=falls(p.y))
+    bt = trust.backtest(p.x, p.y, refit, r.bounded)
+    why = _degenerate(r, p, now)
+    weight = 0.0 if why else (bt.weight if bt is not None else 1.0)
+    drift = bt.drift if bt is not None else float(np.sqrt(now.noise + now.drift))
+    r.forecaster = trust.Forecast(float(p.x[0]), float(p.x[-1]), now, weight, drift, r.bounded)
+    if why:
+        r.reliable = False
+        if r.identified and not r.A_fixed:
+            r.identified = False
+        r.warnings.append(f"{r.source}: Eq. 1 does not describe this window: {'; '.join(why)}; "
+                          "the forecast holds the current level and A is not identified")
+    r.trust = trust.trust_json(bt, p.x.size, weight, why)
+
+
+def _check_support(r: FitResult) -> None:
+    """A prediction outside anything the window supports (beyond its range by more than its range) is unreliable."""
+    yw = r.y[r.in_window]
+    lo, hi = float(yw.min()) - float(np.ptp(yw)), float(yw.max()) + float(np.ptp(yw))
+    out = [(c, v) for c, v in r.predictions if not lo <= v <= hi]
+    if out:
+        c, v = out[0]
+        r.reliable = False
+        note = f"the forecast {v:.3f} at {format_compute(c)} is outside anything the window supports ([{lo:.3f}, {hi:.3f}])"
+        r.warnings.append(f"{r.source}: {note}")
+        if r.trust is not None:
+            r.trust["warnings"].append(note)
+
+
 def _fit_power(p: vp.Problem, source: str) -> tuple[vp.Params, float, Any, tuple[bool, bool], None, bool, list[str]]:
     """App. A.4's power law on the window: (params with the equivalent Cmid, D, A_ci, open ends, noise,
-    identified, warnings). No interval on A: the paper uses the power law only to show its A is unstable."""
+    identified, warnings). No interval on A: the paper uses the power law only to show its A is unstable, so a free
+    A is never called identified (a fixed A is given, not estimated)."""
     w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
     R0 = p.R0 if p.R0 is not None else float("nan")
     # the Cmid of the sigmoid with this tail (D = (A − R0)·Cmid^B, §1.2), when R0 is known
     Cmid = (w.D / (w.A - R0)) ** (1 / w.B) if w.A > R0 and w.D > 0 else float("nan")
     q = vp.Params(R0, w.A, w.B, float(Cmid), w.sse)
     at_bound = p.bounded and p.A is None and w.A >= 1.0 - 1e-9
-    warnings = (
-        [f"{source}: the power law's asymptote ran to the bound A = 1: it is not identified on this window (App. A.4)"]
-        if at_bound
-        else []
-    )
-    A_ci = (p.A, p.A) if p.A is not None else None
-    return q, w.D, A_ci, (False, False), None, not at_bound, warnings
+    if p.A is not None:
+        return q, w.D, (p.A, p.A), (False, False), None, True, []
+    why = "its asymptote ran to the bound A = 1" if at_bound else "scalerl puts no interval on its A"
+    warnings = [f"{source}: power law: A is not identified ({why}; App. A.4: the power law's A is unstable)"]
+    return q, w.D, None, (False, False), None, False, warnings
 
 
 def _interval_on_A(
@@ -356,11 +522,12 @@ def _check_window(p: vp.Problem, source: str, fit_from: float | None, fit_until:
 
 
 def _score_heldout(r: FitResult) -> dict[str, float] | None:
-    """Mean and max absolute error of the fitted curve on the points after the window (the extrapolation check)."""
+    """Mean and max absolute error of the reported forecast on the points after the window (the extrapolation
+    check)."""
     m = r.heldout_mask
     if not m.any():
         return None
-    err = np.abs(r.y[m] - r.predict(r.x[m]))
+    err = np.abs(r.y[m] - r.forecast(r.x[m]))
     return {"n": int(m.sum()), "mean_abs_err": float(err.mean()), "max_abs_err": float(err.max())}
 
 

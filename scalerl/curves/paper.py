@@ -18,6 +18,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from scalerl.curves import projection
+from scalerl.curves.series import FitError
 from scalerl.curves.sigmoid import Array
 from scalerl.curves.vp import B_RANGE, Params, Problem
 
@@ -25,6 +26,7 @@ A_STEP = 0.005  # the paper's grid step on A
 N_CMID = 100  # the paper's number of Cmid values
 N_B = 96  # dense B values per (A, Cmid) before refinement
 _SLACK = 1e-3  # relative margin on the parabolic estimate when choosing which grid points to refine
+N_REFINE = 64  # at most this many grid points (lowest estimates first) are refined
 
 
 PAPER_A = np.round(np.arange(0.450, 0.800 + A_STEP / 2, A_STEP), 3)  # App. A.5
@@ -64,11 +66,15 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
     curvature = y0 - 2 * y1 + y2
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = np.where(curvature > 0, y1 - (y2 - y0) ** 2 / (8 * curvature), y1)
-    estimate = np.minimum(estimate, sse.min(axis=2))
-    cutoff = estimate.min() * (1 + _SLACK) + 1e-15
+    # the parabola can undershoot below 0 (or give NaN) on flat or step-like profiles: an SSE is never below 0
+    estimate = np.clip(np.fmin(estimate, sse.min(axis=2)), 0.0, None)
+    cutoff = float(np.nanmin(estimate)) * (1 + _SLACK) + 1e-15
     best: Params | None = None
     step = log_b[1] - log_b[0]
-    for i, j in np.argwhere(estimate <= cutoff):
+    admitted = np.argwhere(estimate <= cutoff)
+    if len(admitted) > N_REFINE:  # a flat landscape (a falling or constant curve) admits thousands: keep the best
+        admitted = admitted[np.argsort(estimate[tuple(admitted.T)], kind="stable")[:N_REFINE]]
+    for i, j in admitted:
         A, Cmid, centre = float(a_grid[i]), float(cmid_grid[j]), float(log_b[k[i, j]])
         res = minimize_scalar(
             lambda lb: _sse_at(p, A, Cmid, lb),
@@ -80,5 +86,6 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
         R0, _, e = projection.solve(S1, p.R0, A, p.bounded)
         if best is None or float(e) < best.sse:
             best = Params(float(R0), A, float(np.exp(res.x)), Cmid, float(e))
-    assert best is not None  # the cutoff always admits the grid point with the lowest estimate
+    if best is None:  # unreachable (the cutoff admits the lowest estimate); a FitError rather than a traceback
+        raise FitError("the paper-method grid search found no finite fit on this window")
     return best

@@ -107,10 +107,21 @@ def _ranking_table(a: Analysis) -> str:
 
 
 def _forecast_table(runs: list[RunAnalysis]) -> str:
-    rows = [([_esc(r.name), f"{r.x_max:.3g}", f"{r.y_last:.3f}",
-              *(f"{p.reward:.3f} <span class=meta>@ {p.compute:.3g}</span>" for p in r.predictions)], "")
-            for r in runs]
-    return _table(["run", "compute so far", "last reward", "predicted at 2×", "predicted at 10×"], rows)
+    """Each run's forecast at 2× and 10× its compute with the 80% band, and the trust signal: how the forecast did
+    on the run's own history against carrying the last value forward; an unreliable forecast says why."""
+    rows = []
+    for r in runs:
+        lo, hi = r.fit.forecast_interval([p.compute for p in r.predictions], level=0.8)
+        cells = [f"{p.reward:.3f} [{a:.3f}, {b:.3f}] <span class=meta>@ {p.compute:.3g}</span>"
+                 for p, a, b in zip(r.predictions, lo, hi)]
+        trust = r.fit.trust or {}
+        note = _esc(trust.get("summary", ""))
+        if not r.fit.reliable:
+            note = ('<span class="bad">unreliable: Eq. 1 does not describe this run (' +
+                    _esc("; ".join(trust.get("warnings") or [])) + ")</span> " + note)
+        rows.append(([_esc(r.name), f"{r.x_max:.3g}", f"{r.y_last:.3f}", *cells, note], ""))
+    return _table(["run", "compute so far", "last reward", "forecast at 2× (80% band)", "forecast at 10× (80% band)",
+                   "trust: the run's own history"], rows, text=(0, 5))
 
 
 def _domains_table(runs: list[RunAnalysis]) -> str:

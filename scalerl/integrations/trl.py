@@ -13,7 +13,9 @@ callback reads the compute spent so far on the chosen axis, refits Eq. 1 with :c
 logs, through ``Trainer.log`` and so to every reporter the trainer has (TensorBoard, W&B, trainer_state.json):
 the compute value (``compute/flops``, ``compute/device_hours`` or ``step``), ``forecast/A``, ``forecast/A_lo``,
 ``forecast/A_hi`` (an open end of the interval is left out), ``forecast/B``, ``forecast/Cmid``, ``forecast/R0``,
-``forecast/identified`` and ``forecast/pred_at_budget``. At the end of training it writes ``fit.json`` and
+``forecast/identified``, ``forecast/pred_at_budget`` (the reported forecast at the budget) with its 80 % band
+``forecast/pred_at_budget_lo``/``_hi``, and the trust signal ``forecast/trust_err``, ``forecast/carry_forward_err``,
+``forecast/better_than_ruler`` and ``forecast/reliable`` (see :mod:`scalerl.forecast`). At the end of training it writes ``fit.json`` and
 ``curve.png`` into ``args.output_dir``.
 
 Compute axes:
@@ -26,7 +28,7 @@ Compute axes:
   paper's GPU-hours (§1.1), metered by :class:`scalerl.compute.ComputeMeter`.
 * ``steps``: ``state.global_step``.
 
-``pred_at_budget`` is the fitted reward at ``budget`` (a compute on the chosen axis); by default the compute the
+``pred_at_budget`` is the forecast reward (``FitResult.forecast``) at ``budget`` (a compute on the chosen axis); by default the compute the
 run will have spent at ``max_steps``, extrapolated linearly from the compute per step so far.
 """
 
@@ -40,9 +42,8 @@ from typing import Any
 from transformers import Trainer, TrainerCallback
 
 from scalerl.compute import ComputeMeter
-from scalerl.forecast import describe_fit
+from scalerl.forecast import describe_fit, describe_trust
 from scalerl.config import ForecastConfig
-from scalerl.curves.sigmoid import sigmoid
 from scalerl.errors import UserError
 from scalerl.forecast import Forecaster
 
@@ -133,10 +134,10 @@ class ForecastCallback(TrainerCallback):
         out = {self.x_name: x} if self.axis != "steps" else {}
         out.update({k: v for k, v in values.items() if v is not None})
         if values:
-            out["forecast/pred_at_budget"] = float(
-                sigmoid(self._budget(args, state, x), values["forecast/R0"], values["forecast/A"],
-                        values["forecast/B"], values["forecast/Cmid"])
-            )
+            fit, budget = self.forecaster.last_fit, self._budget(args, state, x)
+            lo, hi = fit.forecast_interval([budget], level=0.8)
+            out["forecast/pred_at_budget"] = float(fit.forecast(budget))
+            out["forecast/pred_at_budget_lo"], out["forecast/pred_at_budget_hi"] = float(lo[0]), float(hi[0])
             self.last = out
         if out and self.trainer is not None:
             self._logging = True
@@ -162,4 +163,5 @@ class ForecastCallback(TrainerCallback):
             log.warning("scalerl forecast: no fit from %d points of %s (fewer than %d, or the reward never moved)",
                         final["points"], self.metric, self.forecaster.cfg.min_points)
         else:  # the same reading as scalerl's own runs: an estimate when identified, else a lower bound and why
-            log.warning("scalerl forecast: %s, B = %.2f; wrote %s", describe_fit(fit), fit["B"], out / "fit.json")
+            log.warning("scalerl forecast: %s, B = %.2f; trust: %s; wrote %s", describe_fit(fit), fit["B"],
+                        describe_trust(fit), out / "fit.json")
