@@ -160,7 +160,9 @@ class ProcessBackend(ReadyBatches):
         self.proc.start()
         # this process only reads results: with its copy of the pipe's write end closed, a generator killed in
         # the middle of a message leaves an end of file (EOFError), not a read that waits forever
-        self.results._writer.close()
+        writer = getattr(self.results, "_writer", None)  # a multiprocessing queue's (a test's fake has none)
+        if writer is not None:
+            writer.close()
 
     def _started(self) -> bool:
         """Block until the generator has built its model and loaded the trainer's weights (False: it died
