@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         result = app(args=argv, standalone_mode=False, prog_name="scalerl")
     except UserError as exc:
-        fail(f"error: {exc}")
+        fail(f"error: {exc}", exc.exit_code)
     except KeyboardInterrupt:
         fail("error: interrupted", 130)
     except UnicodeDecodeError as exc:  # a file read as text is not UTF-8; the reader should have named it

@@ -220,6 +220,14 @@ class RayConfig(Strict):
     num_cpus_per_generator: float = Field(1.0, gt=0)  # Ray CPUs each actor reserves
 
 
+class FaultsConfig(Strict):
+    """What a run survives (docs/scale-out.md): a generator process that dies is replaced and its lost batches
+    regenerated; more than ``max_generator_restarts`` replacements in a row (no batch arriving between them)
+    stop the run with a checkpoint."""
+
+    max_generator_restarts: int = Field(3, ge=0)
+
+
 class EngineConfig(Strict):
     """The generators' engine (design.md ``engines/``; docs/vllm.md). ``native``: the model's own (the built-in
     KV-cache engine for ``tiny``, the transformers engine for Hugging Face models); ``vllm``: vLLM, an optional
@@ -268,6 +276,7 @@ class RunConfig(Strict):
     forecast: ForecastConfig = Field(default_factory=ForecastConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
+    faults: FaultsConfig = Field(default_factory=FaultsConfig)
 
     @property
     def base_seed(self) -> int:

@@ -21,6 +21,13 @@ class UserError(Exception):
         super().__init__(" ".join(str(message).split()))  # always one line
 
 
+class RunStopped(UserError):
+    """A run that cannot go on for a reason outside the user's request (its generator keeps dying): one line,
+    exit code 1, after the run's checkpoint is written."""
+
+    exit_code = 1
+
+
 def read_user_text(path: str | os.PathLike[str], what: str = "file") -> str:
     """The text of a file the user named (config, sweep spec, task data), or a UserError naming why it
     cannot be read: missing, a directory, unreadable, or not UTF-8."""

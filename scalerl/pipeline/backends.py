@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
+import sys
 import threading
 import time
 import traceback
@@ -27,6 +28,7 @@ from typing import Any, Callable
 import torch
 
 from scalerl.config import RunConfig
+from scalerl.errors import RunStopped
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.ready import ReadyBatches, generate_on_schedule
@@ -107,6 +109,9 @@ def _generator_main(
         results.put({"error": traceback.format_exc()})
 
 
+DEAD = object()  # ProcessBackend._get: the generator process has died
+
+
 class ProcessBackend(ReadyBatches):
     devices = 2
     concurrent = True
@@ -116,50 +121,123 @@ class ProcessBackend(ReadyBatches):
         make_worker: Callable[[RunConfig], Any] = GeneratorWorker,
     ) -> None:
         """``ctx`` makes the queues and the generator's process (a multiprocessing context); ``make_worker``
-        builds the generator from the config in that process (a ``GeneratorWorker``; tests script one)."""
+        builds the generator from the config in that process (a ``GeneratorWorker``; tests script one).
+
+        A generator process that dies (killed, crashed) is replaced: a new one is started on the weights the
+        channel holds and every batch lost with the old one is requested again, whole schedule groups with
+        their own prompts and seeds, so under PPO-off-policy the batches are the ones the dead process would
+        have made. More than ``cfg.faults.max_generator_restarts`` replacements in a row stop the run."""
         super().__init__()
-        self.channel = channel
-        self.requests = ctx.Queue()
-        self.results = ctx.Queue()
-        self.proc = ctx.Process(
+        self.cfg, self.schedule, self.channel, self.ctx = cfg, schedule, channel, ctx
+        self.threads, self.make_worker = threads, make_worker
+        self.submitted: dict[int, dict] = {}  # requests whose batch is not yet trained on (or whose group is not)
+        self.next_index = 0  # the batch the trainer takes next; earlier ones are trained on
+        self.restarts = 0  # replacements so far (this process's life): the ``faults/generator_restarts`` metric
+        self.in_a_row = 0  # replacements since a batch last arrived
+        self._start()
+
+    def _start(self) -> None:
+        self._spawn()
+        try:
+            if not self._started():
+                raise RuntimeError(f"generator process exited with code {self.proc.exitcode}")
+        except BaseException:
+            self.close()
+            raise
+
+    def _spawn(self) -> None:
+        self.requests = self.ctx.Queue()
+        self.results = self.ctx.Queue()
+        self.proc = self.ctx.Process(
             target=_generator_main,
-            args=(cfg.model_dump(mode="json"), channel, schedule, self.requests, self.results, threads, make_worker),
+            args=(self.cfg.model_dump(mode="json"), self.channel, self.schedule, self.requests, self.results,
+                  self.threads, self.make_worker),
             # not daemonic: a generator may start processes of its own (vLLM's engine core); the runner always
             # calls close(), which ends it
             daemon=False,
             name="scalerl-generator",
         )
         self.proc.start()
-        try:
-            self._wait_started()
-        except BaseException:
-            self.close()
-            raise
+        # this process only reads results: with its copy of the pipe's write end closed, a generator killed in
+        # the middle of a message leaves an end of file (EOFError), not a read that waits forever
+        writer = getattr(self.results, "_writer", None)  # a multiprocessing queue's (a test's fake has none)
+        if writer is not None:
+            writer.close()
 
-    def _wait_started(self) -> None:
-        """Block until the generator has built its model and loaded the trainer's weights. Training only
-        starts then, in a new run as in a resumed one, so a resumed run does not train ahead on saved batches
-        while its generator is still starting (it would then start later batches on newer weights)."""
+    def _started(self) -> bool:
+        """Block until the generator has built its model and loaded the trainer's weights (False: it died
+        first). Training only starts then, in a new run as in a resumed one, so a resumed run does not train
+        ahead on saved batches while its generator is still starting (it would then start later batches on
+        newer weights)."""
         while True:
-            payload = self._receive(timeout=1.0)
+            payload = self._get(timeout=1.0)
+            if payload is DEAD:
+                return False
             if payload is not None and "started" in payload:
-                return
+                return True
 
-    def _receive(self, timeout: float) -> dict | None:
-        """The generator's next message (None after ``timeout`` seconds); its failure or death is an error."""
+    def _get(self, timeout: float) -> Any:
+        """The generator's next message; None after ``timeout`` seconds; ``DEAD`` once it has died (a batch
+        it left half-sent is lost with it). A failure it reports is an error."""
         try:
             payload = self.results.get(timeout=timeout)
         except queue.Empty:
-            if not self.proc.is_alive():
-                raise RuntimeError(f"generator process exited with code {self.proc.exitcode}") from None
-            return None
+            return None if self.proc.is_alive() else DEAD
+        except (OSError, EOFError):  # a batch's tensors are shared by file descriptor: gone with a dead sender
+            self.proc.join(timeout=5)
+            if self.proc.is_alive():
+                raise
+            return DEAD
         if "error" in payload:
             raise RuntimeError("generator process failed:\n" + payload["error"])
         return payload
 
+    def _receive(self, timeout: float) -> dict | None:
+        """The generator's next message (None after ``timeout`` seconds, or after replacing a dead
+        generator)."""
+        payload = self._get(timeout)
+        if payload is DEAD:
+            self._replace()
+            return None
+        return payload
+
+    def _replace(self) -> None:
+        """Start a new generator in place of the dead one (again while new ones die before starting, up to
+        the limit) and request again every batch lost with it."""
+        while True:
+            code = self.proc.exitcode
+            self.proc.join(timeout=1)
+            for q in (self.requests, self.results):  # a killed writer may have left half a message: new queues
+                q.cancel_join_thread()
+                q.close()
+            if self.in_a_row >= self.cfg.faults.max_generator_restarts:
+                raise RunStopped(
+                    f"the generator process died {self.in_a_row + 1} times in a row (last exit code {code}); "
+                    f"the run stops (faults.max_generator_restarts={self.cfg.faults.max_generator_restarts})"
+                )
+            self.restarts += 1
+            self.in_a_row += 1
+            lost = self._lost()
+            print(f"warning: generator process died (exit code {code}); replacing it and regenerating "
+                  f"batches {[r['index'] for r in lost]}", file=sys.stderr, flush=True)
+            self._spawn()
+            if self._started():
+                break
+        if lost:
+            self.requests.put(lost)
+
+    def _lost(self) -> list[dict]:
+        """The requests to generate again: every group (``schedule.group``) with a batch neither arrived nor
+        trained on, whole, so each is generated as the dead process would have (one engine call, one seed)."""
+        missing = {i for i in self.submitted if i >= self.next_index and i not in self.ready}
+        groups = {i // self.schedule.group for i in missing}
+        return [self.submitted[i] for i in sorted(self.submitted) if i // self.schedule.group in groups]
+
     def submit(self, requests: list[Request]) -> None:
         """Requests issued together; the schedule's groups among them are generated as one batch each."""
-        self.requests.put([asdict(r) for r in requests])
+        items = [asdict(r) for r in requests]
+        self.submitted.update({item["index"]: item for item in items})
+        self.requests.put(items)
 
     def publish(self, state_dict: Any, version: int) -> None:
         self.channel.publish(state_dict, version)
@@ -167,13 +245,22 @@ class ProcessBackend(ReadyBatches):
     def _collect(self, timeout: float) -> None:
         """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
         while (payload := self._receive(timeout)) is not None:
-            self.put_ready(RolloutBatch.from_payload(payload))
+            batch = RolloutBatch.from_payload(payload)
+            self.in_a_row = 0
+            if batch.index >= self.next_index and batch.index not in self.ready:  # not a regenerated duplicate
+                self.put_ready(batch)
             timeout = 0.0
 
     def next_batch(self, index: int) -> RolloutBatch:
         while index not in self.ready:
             self._collect(timeout=1.0)
+        self.next_index = index + 1
+        first_kept = (self.next_index // self.schedule.group) * self.schedule.group  # this group's first batch
+        self.submitted = {i: r for i, r in self.submitted.items() if i >= first_kept}
         return self.ready.pop(index)
+
+    def faults(self) -> dict[str, float]:
+        return {"faults/generator_restarts": float(self.restarts)}
 
     def close(self) -> None:
         if self.proc.is_alive():

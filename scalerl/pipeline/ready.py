@@ -26,6 +26,10 @@ class ReadyBatches:
     def _collect(self, timeout: float) -> None:
         """Take finished batches into ``self.ready``; nothing to take for a generator in this process."""
 
+    def faults(self) -> dict[str, float]:
+        """Fault counters for the metrics row (``faults/...``); none for a backend that replaces nothing."""
+        return {}
+
     def ready_batches(self) -> list[RolloutBatch]:
         self._collect(timeout=0.0)
         return [self.ready[i] for i in sorted(self.ready)]

@@ -34,7 +34,7 @@ from scalerl.build import build_curriculum, build_downstream, build_length_contr
 from scalerl.engines.registry import check_engine, native_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
-from scalerl.errors import UserError
+from scalerl.errors import RunStopped, UserError
 from scalerl.evaluate import evaluate
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
@@ -52,7 +52,7 @@ from scalerl.trainer import Trainer
 
 
 # what a resumed run may change: its budget and where/how it runs, never what it computes
-RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "engine", "threads", "tensorboard", "devices")
+RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "engine", "threads", "tensorboard", "devices", "faults")
 
 
 def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
@@ -225,15 +225,20 @@ class RunLoop:
             self.evaluate()
             last_eval_step = 0
         state.meter.start()  # compute: every device held x this wall clock, less the pauses below
-        while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
-            self.step()
-            if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
-                self.evaluate()
-                last_eval_step = state.step
-            if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
-                t_ckpt = time.perf_counter()
-                self.checkpoint()
-                self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
+        try:
+            while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
+                self.step()
+                if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
+                    self.evaluate()
+                    last_eval_step = state.step
+                if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
+                    t_ckpt = time.perf_counter()
+                    self.checkpoint()
+                    self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
+        except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
+            self.state.save(self.out, self.ranks.trainer_state(self.trainer),
+                            [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
+            raise
         state.meter.stop()
         if last_eval_step != state.step:
             self.evaluate()
@@ -269,6 +274,7 @@ class RunLoop:
                 "throughput/gen_seconds": batch.gen_seconds,
             },
             timing,
+            self.backend.faults(),
             self.carried,
         )
         self.carried = {}
