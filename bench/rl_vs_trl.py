@@ -130,12 +130,13 @@ def timed_window(system: str, step_ends: list[float], samples: list[int], tokens
 
 
 def bench_config(overrides: list[str], steps: int, backend: str, threads: int) -> RunConfig:
-    """The ScaleRL preset for ``steps`` steps, zero-variance filter off (see the module docstring), with no
-    evaluation or checkpoint inside the run (only the runner's R0 evaluation before step 1 and the final one
-    after the last step, both outside the timed window)."""
+    """The ScaleRL preset for ``steps`` steps, zero-variance filter off and truncated samples trained on (TRL
+    trains on every sample: equal work per step, see the module docstring), with no evaluation or checkpoint
+    inside the run (only the runner's R0 evaluation before step 1 and the final one after the last step, both
+    outside the timed window)."""
     return load_config("scalerl", None, [
         "tensorboard=false", f"eval.every={steps + 1}", f"checkpoint_every={steps + 1}", "eval.n_samples=1",
-        "eval.n_prompts=16", "algo.zero_variance_filter=false", *overrides,
+        "eval.n_prompts=16", "algo.zero_variance_filter=false", "algo.truncated=train", *overrides,
         f"steps={steps}", f"backend={backend}", f"threads={threads}",
     ])
 
