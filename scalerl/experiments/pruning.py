@@ -65,7 +65,7 @@ def _finite(v: Any, default: float) -> float:
 def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -> Outlook | None:
     """The outlook of one fitted run at the full ``budget`` (same compute units as the fit), or None when the fit
     cannot be trusted to say where the run ends (see the module docstring)."""
-    if getattr(fit, "describes_data", True) is False:
+    if not fit.reliable:  # Eq. 1 does not describe the window (a fall, a step, a bound): no outlook to act on
         return None
     ceiling = 1.0 if fit.bounded else math.inf
     compute = float(np.max(fit.x)) if len(fit.x) else 0.0
