@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from test_bad_input import _run_dir, _tree, ws  # noqa: F401  (ws: the shared workspace fixture)
+from test_bad_input import _run_dir, assert_refused, ws  # noqa: F401  (ws: the shared workspace fixture)
 
 from scalerl.cli import main
 
@@ -81,19 +81,7 @@ CASES: dict[str, list[str]] = {
 
 @pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))
 def test_bad_input_is_one_line_and_exit_2(argv, wsx, capsys, monkeypatch):
-    monkeypatch.chdir(wsx)
-    before = _tree(wsx)
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    _, err = capsys.readouterr()
-    lines = err.strip().splitlines()
-    assert code == 2, f"exit {code}: {err[-1500:]}"
-    assert len(lines) == 1 and lines[0].startswith("error: "), err[-1500:]
-    assert "Traceback" not in err
-    assert _tree(wsx) == before  # nothing created, changed or removed
+    assert_refused(argv, wsx, capsys, monkeypatch)
 
 
 def test_the_messages_name_the_problem(wsx, capsys, monkeypatch):
