@@ -47,7 +47,8 @@ folder, text = sys.argv[1], sys.argv[2]
 tok = AutoTokenizer.from_pretrained(folder)
 model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
 if tok.chat_template:
-    text = tok.apply_chat_template([{"role": "user", "content": "4-4-3="}], tokenize=False, add_generation_prompt=True) + text
+    chat = [{"role": "user", "content": "4-4-3="}]
+    text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) + text
 ids = tok(text, add_special_tokens=not tok.chat_template)["input_ids"]
 t = torch.tensor([ids])
 lp = torch.log_softmax(model(t).logits.float(), -1)[0, :-1].gather(-1, t[0, 1:, None])[:, 0]

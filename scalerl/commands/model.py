@@ -62,8 +62,8 @@ def register(app: typer.Typer) -> None:
         step: Optional[str] = typer.Option(None, "--step", help="Checkpoint step(s): 40 or 20,40 (default: latest)."),
         every: bool = typer.Option(False, "--all", help="Every checkpoint the run holds."),
         task: Optional[str] = typer.Option(None, "--task", help="Evaluate on this task's validation split instead."),
-        n_samples: Optional[int] = typer.Option(None, "--n-samples", help="mean@K (default: the run's eval.n_samples)."),
-        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to FILE ('-': stdout)."),
+        n_samples: Optional[int] = typer.Option(None, "--n-samples", help="mean@K (default: eval.n_samples)."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the results as JSON to FILE (-: stdout)."),
     ) -> None:
         """mean@K on the validation split (and the run's downstream sets) for checkpoints or a model folder,
         as the run evaluated during training: the same steps give the numbers it logged."""
