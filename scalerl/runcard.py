@@ -52,6 +52,8 @@ RECIPE: list[tuple[str, Callable[[RunConfig], str], str]] = [
     ("Length control", lambda c: LENGTH_NAMES.get(c.algo.length.name, c.algo.length.name)
      + _params(c.algo.length.params), "§2, App. A.10"),
     ("FP32 LM head", lambda c: _on(c.algo.fp32_head), "§3.2, Fig. 5b"),
+    ("Truncated samples", lambda c: {"exclude": "left out of the loss"}.get(c.algo.truncated, "trained on as incorrect"),
+     "App. A.6, A.15"),
     ("Off-policy schedule", lambda c: f"{SCHEDULE_NAMES.get(c.schedule.name, c.schedule.name)}-{c.schedule.k}",
      "§3.1"),
     ("Batch", lambda c: f"{c.batch.prompts} prompts × {c.batch.generations} generations", "§2"),
