@@ -64,8 +64,8 @@ def open_source(path: str | Path, what: str = "RUN_OR_DIR") -> Source:
 def _export_info(folder: Path) -> dict[str, Any]:
     try:
         info = json.loads((folder / EXPORT_INFO).read_text(encoding="utf-8"))
-        if not {"step", "family", "config"} <= set(info):
-            raise ValueError("missing keys")
+        if not isinstance(info, dict) or not {"step", "family", "config"} <= set(info):
+            raise ValueError("not an object with step, family and config")
         return info
     except (OSError, ValueError) as exc:
         raise UserError(f"{folder / EXPORT_INFO} is not an export description ({exc}); export the run again") from None

@@ -25,6 +25,9 @@ def wsx(ws: Path) -> Path:  # noqa: F811
     (ws / "halfexport").mkdir()
     (ws / "halfexport" / "config.json").write_text("{}\n")
     (ws / "halfexport" / "scalerl_export.json").write_text('{"step": 3}\n')
+    (ws / "listexport").mkdir()
+    (ws / "listexport" / "config.json").write_text("{}\n")
+    (ws / "listexport" / "scalerl_export.json").write_text("[1, 2]\n")
     return ws
 
 
@@ -68,6 +71,7 @@ CASES: dict[str, list[str]] = {
     "eval-all-not-a-checkpoint": [*EVAL, "--all"],
     "eval-broken-export-description": ["eval", "badexport"],
     "eval-half-export-description": ["eval", "halfexport"],
+    "eval-export-description-a-list": ["eval", "listexport"],
     "eval-config-not-utf8": ["eval", "badcfg"],
     # --- eval: settings and output
     "eval-n-samples-zero": [*EVAL, "--n-samples", "0"],
