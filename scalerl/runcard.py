@@ -117,11 +117,12 @@ def _compute(metrics: list[dict[str, Any]]) -> list[str]:
     return _table(("spent", "amount"), rows)
 
 
-def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig) -> list[str]:
+def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[str]:
     fits = (fit_doc or {}).get("fits") or []
     if not fits:
-        return [f"No fit: fewer than {cfg.forecast.min_points} evaluations past the fit's start, too few for the "
-                "sigmoid's four parameters (§2).", "", "Forecast trust: not available.", ""]
+        return [f"No fit: {n_evals} evaluations were logged, and the sigmoid's four parameters need at least "
+                f"{cfg.forecast.min_points} past the fit's start (§2), and a curve they determine.", "",
+                "Forecast trust: not available.", ""]
     lines = []
     for fit in fits:
         label = "" if fit is fits[0] else f"{fit['y']}: "
@@ -180,7 +181,8 @@ def render_run_card(cfg: RunConfig, run_dir: Path | None, export_step: int | Non
         if diff else ["None: the run is the preset as it stands.", ""]
     lines += ["## Compute spent", ""] + _compute(metrics)
     lines += ["## Final validation and downstream pass rates", ""] + _results(metrics, cfg)
-    lines += ["## Fit of the compute-reward curve (Eq. 1)", ""] + _fit(fit_doc, cfg)
+    n_evals = sum(r.get("val/pass_rate") is not None for r in metrics)
+    lines += ["## Fit of the compute-reward curve (Eq. 1)", ""] + _fit(fit_doc, cfg, n_evals)
     lines += ["## Reproduce", "", "```bash", reproduce_command(cfg, run_dir or "runs/" + cfg.name), "```", ""]
     if export_step is not None:
         lines += _use(export_dir)
