@@ -17,7 +17,7 @@ from typing import Any, Callable
 from scalerl.atomic import write_text
 from scalerl.config import RunConfig, config_from_run_dir, load_config, preset_names
 from scalerl.evaluate import pass_rate_keys
-from scalerl.forecast import describe_fit
+from scalerl.forecast import describe_fit, describe_trust
 from scalerl.presets import MISSING, _component_overrides, config_diff, format_value
 from scalerl.runlog import read_metrics
 
@@ -135,8 +135,8 @@ def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[s
                      f"second half within mean |error| {check['mean_abs_err']:.3f} (max {check['max_abs_err']:.3f}).")
     elif check.get("note"):
         lines.append(f"- Extrapolation check (§2): not possible: {check['note']}")
-    trust = (fits[0].get("trust") or {}).get("summary")
-    return lines + ["", f"Forecast trust: {trust or 'not available'}.", ""]
+    trust = describe_trust(fits[0]) if fits[0].get("trust") else "not available"
+    return lines + ["", f"Forecast trust: {trust}.", ""]
 
 
 def _use(folder: str) -> list[str]:
