@@ -69,7 +69,8 @@ def base_preset(cfg: RunConfig) -> str:
 def reproduce_command(cfg: RunConfig, out: str | Path) -> str:
     """``scalerl train`` with the preset and the ``--set`` items that give ``cfg`` exactly."""
     preset = base_preset(cfg)
-    sets = [item for path, _, new in config_diff(load_config(preset), cfg) for item in _component_overrides(path, new)]
+    sets = [item for path, _, new in config_diff(load_config(preset), cfg) if new != MISSING
+            for item in _component_overrides(path, new)]
     if cfg.name != preset:
         sets.append(f"name={format_value(cfg.name)}")
     lines = [f"scalerl train --preset {shlex.quote(preset)}", *[f"--set {shlex.quote(s)}" for s in sets],

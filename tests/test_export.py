@@ -311,3 +311,18 @@ def test_in_process_cli_export_refuses_a_model_folder(exported, tmp_path, capsys
         main(["export", str(exported), "--out", str(tmp_path / "again")])
     assert exc.value.code == 2 and "is a model folder, not a run directory" in capsys.readouterr().err
     assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.parametrize("preset, sets", [
+    ("scalerl", ["algo.loss.name=dapo", "seed=2", "name=mine", DOWNSTREAM]),
+    ("dapo_qwen", ["algo.length.name=interruption", "model.d_model=64"]),
+    ("multitask", []),
+])
+def test_reproduce_command_gives_the_same_config(preset, sets):
+    from scalerl.runcard import reproduce_command
+
+    cfg = load_config(preset, None, sets)
+    argv = shlex.split(reproduce_command(cfg, "runs/x").replace("\\\n", " "))
+    assert argv[:4] == ["scalerl", "train", "--preset", preset]  # "mine" is no preset: read against scalerl
+    again = load_config(preset, None, [argv[i + 1] for i, a in enumerate(argv) if a == "--set"])
+    assert again == cfg
