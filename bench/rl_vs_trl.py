@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import sys
 import tempfile
 import time
@@ -76,7 +75,7 @@ from scalerl.build import build_length_control, build_model, build_task
 from scalerl.config import RunConfig, load_config
 from scalerl.errors import UserError
 from scalerl.models.tiny import to_hf_llama
-from scalerl.models.tokenizer import BOS, EOS, PAD, CharTokenizer
+from scalerl.models.tokenizer import CharTokenizer, hf_char_tokenizer  # noqa: F401  (examples/ import it from here)
 from scalerl.models.warmup import warmup
 from scalerl.models.registry import encode_prompt
 from scalerl.pipeline.runner import train
@@ -157,22 +156,6 @@ def run_scalerl(cfg: RunConfig, warmup_steps: int, label: str) -> Throughput:
 
 
 # ---------------------------------------------------------------------------------------------------- TRL
-
-
-def hf_char_tokenizer(tok: CharTokenizer):  # -> transformers.PreTrainedTokenizerFast
-    """The built-in tokenizer as a ``PreTrainedTokenizerFast``: same ids, same greedy longest match (a split
-    regex whose alternatives are the multi-character tokens, longest first, then any single character), BOS
-    added in front like ``encode_prompt``, decoding by plain concatenation."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-    from transformers import PreTrainedTokenizerFast
-
-    multi = sorted((t for t in tok.tokens if len(t) > 1 and t not in (PAD, BOS, EOS)), key=len, reverse=True)
-    pattern = "|".join(re.escape(t) for t in multi) + r"|[\s\S]"
-    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tok.tokens)}, unk_token=None))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.bos_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS)
 
 
 def warmed_policy(cfg: RunConfig, task: Any) -> torch.nn.Module:

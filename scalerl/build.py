@@ -10,7 +10,7 @@ from typing import Any
 
 from scalerl.config import ModelConfig, RunConfig, TaskConfig
 from scalerl.errors import UserError
-from scalerl.models.registry import MODELS, ModelBundle
+from scalerl.models.registry import EXPORTS, MODELS, ModelBundle
 from scalerl.tasks.base import Problem, Task
 from scalerl.tasks.registry import TASKS
 
@@ -90,6 +90,12 @@ def build_model(cfg: ModelConfig, seed: int) -> ModelBundle:
         f"model.name: unknown model {cfg.name!r}; choose one of: {', '.join(MODELS.names())}, "
         "or give a local Hugging Face model folder"
     )
+
+
+def load_exported_model(family: str, folder: Path, cfg: ModelConfig, seed: int) -> ModelBundle:
+    """A folder ``scalerl export`` wrote, back as the policy of model family ``family`` (``EXPORTS``)."""
+    _import_all(_MODEL_MODULES)
+    return EXPORTS.get(family, "exported model family")(folder, cfg, seed)
 
 
 def build_length_control(cfg: RunConfig, tokenizer: Any = None):

@@ -24,7 +24,7 @@ app = typer.Typer(
 )
 
 # topic modules under scalerl.commands; each defines register(app)
-COMMAND_MODULES = ("curves", "presets", "train", "experiments")
+COMMAND_MODULES = ("curves", "presets", "train", "experiments", "model")
 
 
 def _register_all() -> None:

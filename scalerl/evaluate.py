@@ -5,16 +5,25 @@ run's length control, and the pass rate is the mean over all samples. When the p
 (``val/tier/<name>/pass_rate``), so a ceiling below 1 shows where it comes from. With a task mixture each
 domain's pass rate is reported beside the overall one (``val/<domain>/pass_rate``, §5), its tiers as
 ``val/<domain>/tier/<name>/pass_rate``. A downstream set is evaluated the same way under its own prefix
-(``downstream/<name>/pass_rate``)."""
+(``downstream/<name>/pass_rate``).
+
+:class:`Evaluation` is a run's evaluation (validation split and downstream sets, the native engine, the run's
+length control) and :func:`eval_seed` its seed at a step: the training loop and ``scalerl eval`` both use them,
+so evaluating a checkpoint after the fact gives the numbers the run logged at that step."""
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
 from scalerl.tasks.base import Problem, Task
+
+if TYPE_CHECKING:
+    from scalerl.config import RunConfig
+    from scalerl.models.registry import ModelBundle
 
 
 @torch.no_grad()
@@ -63,3 +72,59 @@ def _breakdown(correct: Counter[tuple[str, str]], total: Counter[tuple[str, str]
         if len(keys) > 1:
             out.update({f"{head}/tier/{t}/pass_rate": correct[(d, t)] / total[(d, t)] for _, t in keys})
     return out
+
+
+def pass_rate_keys(record: dict[str, Any]) -> list[str]:
+    """The evaluation pass rates in ``record`` (a metrics row or an ``evaluate`` result), in reading order: the
+    validation rate, its domains and tiers, then the downstream sets."""
+    keys = [k for k, v in record.items() if k.endswith("/pass_rate") and k.startswith(("val/", "downstream/"))
+            and v is not None]
+    return sorted(keys, key=lambda k: (k != "val/pass_rate", not k.startswith("val/"), k))
+
+
+def eval_seed(run_seed: int, step: int) -> int:
+    """The sampling seed of the evaluation at ``step`` (the same on every resume and in ``scalerl eval``)."""
+    from scalerl.pipeline.state import batch_seed
+
+    return batch_seed(run_seed, -1 - step)
+
+
+@dataclass
+class Evaluation:
+    """mean@n on the validation split and the downstream sets (§2, §5), with a seed per step."""
+
+    engine: Any
+    encode: Any
+    task: Any
+    val: list[Problem]
+    downstream: dict[str, tuple[Any, list[Problem]]]
+    length: Any
+    n_samples: int
+
+    def __call__(self, seed: int) -> dict[str, float]:
+        res = evaluate(self.engine, self.encode, self.task, self.val, self.n_samples, self.length, seed=seed)
+        for name, (other, problems) in self.downstream.items():  # §5: downstream sets at the same steps
+            res.update(evaluate(self.engine, self.encode, other, problems, self.n_samples, self.length, seed=seed,
+                                prefix=f"downstream/{name}"))
+        return res
+
+
+def build_evaluation(
+    cfg: "RunConfig", bundle: "ModelBundle", model: Any, task: Task,
+    downstream: dict[str, tuple[Any, list[Problem]]],
+) -> Evaluation:
+    """The run's evaluation of ``model`` (the bundle's policy or a copy of it): the model family's native engine
+    with the run's FP32-head setting, the first ``eval.n_prompts`` validation problems, ``eval.n_samples``."""
+    from scalerl.build import build_length_control
+    from scalerl.engines.registry import native_engine
+    from scalerl.models.registry import prompt_encoder
+
+    return Evaluation(
+        engine=native_engine(bundle, model, fp32_head=cfg.algo.fp32_head),
+        encode=prompt_encoder(bundle),
+        task=task,
+        val=list(task.val_problems())[: cfg.eval.n_prompts or None],
+        downstream=downstream,
+        length=build_length_control(cfg, bundle.tokenizer),
+        n_samples=cfg.eval.n_samples,
+    )

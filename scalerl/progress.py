@@ -1,4 +1,10 @@
-"""Live progress for long work (rich): step, reward, validation pass rate and the forecast A ± CI."""
+"""Progress for long work: step, reward, validation pass rate and the forecast A ± CI.
+
+On a terminal a live rich display (a bar with the latest status beside it, evaluations printed above it);
+anywhere else (a log file, CI, ``nohup``) plain whole lines, one per step and one per evaluation, with no
+live display, no line cut at the terminal's width and no source-location column. :func:`make_console` is the
+console every command prints through, so summaries and tables read the same way in a log.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +17,28 @@ from scalerl.config import RunConfig
 from scalerl.forecast import describe_record
 from scalerl.pipeline.truncation import LEVELS, TruncationMonitor
 
+PLAIN_WIDTH = 1000  # where output is not a terminal: lines are not wrapped, tables get the room they need
+
+
+def make_console(stderr: bool = False, **kwargs: Any) -> Console:
+    """A rich console on stdout (or stderr): as rich makes it on a terminal; elsewhere (a file, a pipe) with
+    no wrapping at 80 columns, so each message is one whole line in a log."""
+    console = Console(stderr=stderr, **kwargs)
+    if not console.is_terminal and "width" not in kwargs:
+        console.soft_wrap = True
+        console.width = PLAIN_WIDTH
+    return console
 
 
 class RunDisplay:
+    """A run's progress: on a terminal the live display, elsewhere plain lines (module docstring);
+    ``enabled=False`` (``--quiet``) prints warnings only."""
+
     def __init__(self, cfg: RunConfig, enabled: bool = True, console: Console | None = None) -> None:
         self.cfg = cfg
         self.enabled = enabled
-        self.console = console or Console(stderr=True)
+        self.console = console or make_console(stderr=True)
+        self.live = enabled and self.console.is_terminal
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
@@ -25,7 +46,7 @@ class RunDisplay:
             TimeElapsedColumn(),
             TextColumn("{task.fields[status]}"),
             console=self.console,
-            disable=not enabled,
+            disable=not self.live,
             transient=False,
         )
         self._task = None
@@ -50,6 +71,14 @@ class RunDisplay:
             kw = {} if completed is None else {"completed": completed}
             self.progress.update(self._task, status=f"{self._train}  {self._val}", **kw)
 
+    def _line(self, record: dict[str, Any]) -> None:
+        """Without the live display: the status as one plain line."""
+        if self.enabled and not self.live:
+            elapsed = int(record.get("time/wall_s") or 0)
+            self.console.print(f"{self.cfg.name} step {record['step']}/{self.cfg.steps} "
+                               f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  {self._train}",
+                               highlight=False)
+
     def step(self, record: dict[str, Any]) -> None:
         self._train = f"reward {record.get('train/reward_mean', 0):+.3f}  pass {record.get('train/pass_rate', 0):.3f}"
         trunc = record.get("train/truncation_rate") or 0.0
@@ -59,6 +88,7 @@ class RunDisplay:
         if warning is not None:
             self.console.print(f"[yellow]warning:[/yellow] {warning}")
         self._refresh(int(record["step"]))
+        self._line(record)
 
     def eval(self, record: dict[str, Any]) -> None:
         self._val = f"val {record['val/pass_rate']:.3f}"
@@ -70,4 +100,4 @@ class RunDisplay:
             return
         tiers = [(k.split("/")[2], v) for k, v in record.items() if k.startswith("val/tier/")]
         by_tier = f"  (by tier: {', '.join(f'{t} {v:.3f}' for t, v in tiers)})" if tiers else ""
-        self.console.log(f"step {record['step']}: {self._val}{by_tier}")
+        self.console.print(f"step {record['step']}: {self._val}{by_tier}", highlight=False)

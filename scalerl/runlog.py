@@ -103,6 +103,24 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
     return path
 
 
+def checkpoint_files(run_dir: Path) -> dict[int, Path]:
+    """The run's checkpoints by step (the last ``KEEP`` steps a run wrote; ``step_0000040.pt`` is step 40)."""
+    files = {}
+    for path in (Path(run_dir) / CKPT_DIR).glob("step_*.pt"):
+        digits = path.stem.removeprefix("step_")
+        if digits.isdigit():
+            files[int(digits)] = path
+    return dict(sorted(files.items()))
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """One checkpoint's payload, or a UserError when the file is not a readable checkpoint."""
+    payload = _try_load(path)
+    if payload is None:
+        raise UserError(f"checkpoint {path} is truncated, empty or not a scalerl checkpoint; choose another --step")
+    return payload
+
+
 def _try_load(path: Path) -> dict[str, Any] | None:
     """A checkpoint's payload, or None when the file is missing, empty, truncated or not a checkpoint."""
     try:

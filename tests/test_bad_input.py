@@ -291,8 +291,8 @@ def _tree(root: Path) -> dict[str, tuple[int, int] | None]:
     }
 
 
-@pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))
-def test_bad_input_is_one_line_and_exit_2(argv, ws, capsys, monkeypatch):
+def assert_refused(argv: list[str], ws: Path, capsys, monkeypatch) -> None:
+    """``scalerl argv`` run in ``ws``: exit 2, one ``error:`` line on stderr, no traceback, ``ws`` untouched."""
     monkeypatch.chdir(ws)
     before = _tree(ws)
     try:
@@ -306,6 +306,11 @@ def test_bad_input_is_one_line_and_exit_2(argv, ws, capsys, monkeypatch):
     assert len(lines) == 1 and lines[0].startswith("error: "), err[-1500:]
     assert "Traceback" not in err
     assert _tree(ws) == before  # nothing created, changed or removed
+
+
+@pytest.mark.parametrize("argv", list(CASES.values()), ids=list(CASES))
+def test_bad_input_is_one_line_and_exit_2(argv, ws, capsys, monkeypatch):
+    assert_refused(argv, ws, capsys, monkeypatch)
 
 
 def test_suite_covers_every_class():

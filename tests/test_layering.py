@@ -9,7 +9,8 @@ Layers, lowest first (a module may import its own layer or a lower one, never a 
 3. ``models/``, ``tasks/``
 4. ``engines/``: generation around a model, which owns its construction
 5. run machinery: ``build``, ``pipeline/``, ``trainer``, ``fsdp``, ``evaluate``, ``forecast``, ``runlog``,
-   ``progress`` (the trainer reads the pipeline's batch type, so they share a layer)
+   ``progress``, ``runs``, ``export``, ``runcard`` (the trainer reads the pipeline's batch type, so they share a
+   layer)
 6. front ends: ``experiments/``, ``integrations/``, ``commands/``, ``cli``, ``api``, ``__main__``
 
 Imports are read with ``ast`` from every file, function-level and ``TYPE_CHECKING`` ones included.
@@ -36,7 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scalerl.engines",),
     (
         "scalerl.build", "scalerl.pipeline", "scalerl.trainer", "scalerl.fsdp", "scalerl.evaluate",
-        "scalerl.forecast", "scalerl.runlog", "scalerl.progress",
+        "scalerl.forecast", "scalerl.runlog", "scalerl.progress", "scalerl.runs", "scalerl.export", "scalerl.runcard",
     ),
     (
         "scalerl.experiments", "scalerl.integrations", "scalerl.commands", "scalerl.cli", "scalerl.api",

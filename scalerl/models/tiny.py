@@ -23,8 +23,8 @@ from torch import nn
 
 from scalerl.config import ModelConfig
 from scalerl.errors import UserError
-from scalerl.models.registry import MODELS, HFExport, ModelBundle
-from scalerl.models.tokenizer import CharTokenizer
+from scalerl.models.registry import EXPORTS, MODELS, HFExport, ModelBundle
+from scalerl.models.tokenizer import CharTokenizer, hf_char_tokenizer
 
 
 @dataclass(frozen=True)
@@ -361,5 +361,31 @@ def _save_hf_llama(model: torch.nn.Module, folder: Path) -> None:
 
 
 def tiny_hf_export(c: TinyConfig) -> HFExport:
-    """The tiny model as a Llama checkpoint, for vLLM (the engine is given token ids, so no HF tokenizer)."""
-    return HFExport(save=_save_hf_llama, weights=functools.partial(hf_llama_weights, c=c))
+    """The tiny model as a Llama checkpoint (vLLM, ``scalerl export``), its tokenizer as a fast HF tokenizer."""
+    return HFExport(save=_save_hf_llama, weights=functools.partial(hf_llama_weights, c=c),
+                    tokenizer=hf_char_tokenizer)
+
+
+@EXPORTS.register("builtin")
+def load_tiny_export(folder: Path, cfg: ModelConfig, seed: int) -> ModelBundle:
+    """A Llama folder ``scalerl export`` wrote from a tiny model, back as that ``TinyLM``: each exported tensor
+    is copied into the view of the policy's weights that :func:`hf_llama_weights` gives it (the fused
+    projections are filled part by part), so the policy is the exported one bit for bit."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    bundle = tiny_factory(cfg, seed)
+    path = Path(folder) / "model.safetensors"
+    try:
+        tensors = load_file(path)
+    except (OSError, SafetensorError) as exc:
+        raise UserError(f"cannot read {path} ({exc}); export the run again") from None
+    targets = hf_llama_weights(bundle.model.state_dict(), bundle.model.cfg)
+    wrong = sorted(n for n, t in targets.items() if n not in tensors or tensors[n].shape != t.shape)
+    if wrong:
+        raise UserError(f"{path} does not hold the exported model's weights ({', '.join(wrong[:3])} missing or of "
+                        "another shape); export the run again")
+    with torch.no_grad():
+        for name, target in targets.items():
+            target.copy_(tensors[name])
+    return bundle

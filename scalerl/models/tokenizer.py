@@ -5,9 +5,13 @@ are the thinking delimiters and the words of the ScaleRL interruption phrase (pa
 up. Let me stop thinking and formulate a final answer now. </think>"), so a forced interruption costs ~16
 tokens instead of ~80 characters. Encoding is greedy longest match; ``decode(encode(s)) == s`` for every string
 of printable ASCII and newlines. The vocabulary is fixed, so ids are stable and there is nothing to save.
+:func:`hf_char_tokenizer` gives the same tokenizer as a Hugging Face ``PreTrainedTokenizerFast`` (what an export
+saves, ``scalerl/export.py``, and what TRL is given in ``bench/rl_vs_trl.py``).
 """
 
 from __future__ import annotations
+
+import re
 
 from scalerl.errors import UserError
 
@@ -68,3 +72,21 @@ class CharTokenizer:
     def token_id(self, token: str) -> int:
         """The id of one vocabulary entry (e.g. ``"</think>"``)."""
         return self._ids[token]
+
+
+def hf_char_tokenizer(tok: CharTokenizer | None = None):  # -> transformers.PreTrainedTokenizerFast (lazy import)
+    """The built-in tokenizer as a ``PreTrainedTokenizerFast``: same ids, same greedy longest match (a split
+    regex whose alternatives are the multi-character tokens, longest first, then any single character), BOS
+    added in front like ``encode_prompt``, decoding by plain concatenation. ``save_pretrained`` writes it as
+    ``tokenizer.json``, which ``AutoTokenizer`` loads with nothing from scalerl imported."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    tok = tok or CharTokenizer()
+    multi = sorted((t for t in tok.tokens if len(t) > 1 and t not in (PAD, BOS, EOS)), key=len, reverse=True)
+    pattern = "|".join(re.escape(t) for t in multi) + r"|[\s\S]"
+    core = Tokenizer(models.WordLevel({t: i for i, t in enumerate(tok.tokens)}, unk_token=None))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.bos_id)])
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS)

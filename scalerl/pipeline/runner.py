@@ -31,19 +31,20 @@ import torch
 from torch import nn
 
 from scalerl.build import build_curriculum, build_downstream, build_length_control, build_model, build_task
-from scalerl.engines.registry import check_engine, native_engine
+from scalerl.engines.registry import check_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import RunStopped, UserError
-from scalerl.evaluate import evaluate
+from scalerl.evaluate import Evaluation, build_evaluation, eval_seed
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.models.registry import prompt_encoder
 from scalerl.pipeline.prepare import update_curriculum as _update_curriculum
 from scalerl.pipeline.schedules import Schedule
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, setup_rank
-from scalerl.pipeline.state import RunState, batch_seed
+from scalerl.pipeline.state import RunState
 from scalerl.progress import RunDisplay
+from scalerl.runcard import write_run_card
 from scalerl.tasks.base import Problem
 from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics
 from scalerl.atomic import remove_stale_temporaries, write_text
@@ -140,15 +141,7 @@ def _run(
         meter=ComputeMeter(n_params=int(bundle.spec.get("n_params", 0)), devices=held),
         forecaster=Forecaster(cfg.forecast),
     )
-    evaluation = Evaluation(
-        engine=native_engine(bundle, eval_model, fp32_head=cfg.algo.fp32_head),
-        encode=prompt_encoder(bundle),
-        task=task,
-        val=list(task.val_problems())[: cfg.eval.n_prompts or None],
-        downstream=downstream,
-        length=build_length_control(cfg, tokenizer),
-        n_samples=cfg.eval.n_samples,
-    )
+    evaluation = build_evaluation(cfg, bundle, eval_model, task, downstream)
     if ckpt is not None:
         state.load(ckpt)
     log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=state.step + 1 if resume else None)
@@ -169,27 +162,9 @@ def _run(
     finally:
         backend.close()
         log.close()
-    return state.forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
-
-
-@dataclass
-class Evaluation:
-    """mean@n on the validation split and the downstream sets (§2, §5), with a seed per step."""
-
-    engine: Any
-    encode: Any
-    task: Any
-    val: list[Problem]
-    downstream: dict[str, tuple[Any, list[Problem]]]
-    length: Any
-    n_samples: int
-
-    def __call__(self, seed: int) -> dict[str, float]:
-        res = evaluate(self.engine, self.encode, self.task, self.val, self.n_samples, self.length, seed=seed)
-        for name, (other, problems) in self.downstream.items():  # §5: downstream sets at the same steps
-            res.update(evaluate(self.engine, self.encode, other, problems, self.n_samples, self.length, seed=seed,
-                                prefix=f"downstream/{name}"))
-        return res
+    summary = state.forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
+    write_run_card(out)  # README.md: what was done and how it came out (scalerl/runcard.py)
+    return summary
 
 
 @dataclass
@@ -291,7 +266,7 @@ class RunLoop:
     def _evaluate(self) -> None:
         t0 = time.perf_counter()
         self.ranks.refresh(self.eval_model, self.model)
-        res = self.evaluation(batch_seed(self.cfg.seed, -1 - self.state.step))
+        res = self.evaluation(eval_seed(self.cfg.seed, self.state.step))
         record = self.row(res, {"timing/eval_s": time.perf_counter() - t0})
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
