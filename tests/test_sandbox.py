@@ -405,8 +405,11 @@ ESCAPES = {  # class -> variant -> action (raises when contained)
 
 @pytest.fixture(scope="module")
 def root_way() -> str:
-    prefix = str(Path(sys.base_prefix).resolve())
-    return repr(prefix.split("/")[2]) if prefix.startswith("/root/") else "''"
+    """The entries of /root the sandbox shows on purpose: the first step of the way to the interpreter's files (a
+    Python under /root, a virtual environment in a home directory), as the items of a set literal."""
+    prefixes = {str(Path(p).resolve()) for p in (sys.base_prefix, sys.prefix)}
+    names = sorted({p.split("/")[2] for p in prefixes if p.startswith("/root/")})
+    return ", ".join(map(repr, names)) or "''"
 
 
 def add_problem() -> Problem:
