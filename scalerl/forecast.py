@@ -72,6 +72,11 @@ def describe_fit(fit: dict[str, Any]) -> str:
     return describe_A(fit["A"], lo, hi, bool(fit["identified"]), fit["fit_window"][1] >= fit["Cmid"])
 
 
+def describe_shape(fit: dict[str, Any], unit: str = "") -> str:
+    """The rest of Eq. 1 for a fit in ``fit.json`` form: ``B = …, Cmid = …<unit>, R0 = …``."""
+    return f"B = {fit['B']:.2f}, Cmid = {fit['Cmid']:.4g}{unit}, R0 = {fit['R0']:.3f}"
+
+
 class Forecaster:
     def __init__(
         self, cfg: ForecastConfig, x_name: str = "compute/device_hours", y_name: str = "val/pass_rate", bounded: bool = True

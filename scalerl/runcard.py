@@ -17,7 +17,7 @@ from typing import Any, Callable
 from scalerl.atomic import write_text
 from scalerl.config import RunConfig, config_from_run_dir, load_config, preset_names
 from scalerl.evaluate import pass_rate_keys
-from scalerl.forecast import describe_fit, describe_trust
+from scalerl.forecast import describe_fit, describe_shape, describe_trust
 from scalerl.presets import MISSING, _component_overrides, config_diff, format_value
 from scalerl.runlog import read_metrics
 
@@ -128,8 +128,7 @@ def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[s
     for fit in fits:
         label = "" if fit is fits[0] else f"{fit['y']}: "
         lines.append(f"- {label}{describe_fit(fit)}{' (95% interval)' if fit['identified'] else ''}, "
-                     f"B = {fit['B']:.2f}, Cmid = {fit['Cmid']:.4g} {fit['x']}, R0 = {fit['R0']:.3f} "
-                     f"({fit['n_points']} points, {fit.get('method', '')})")
+                     f"{describe_shape(fit, ' ' + fit['x'])} ({fit['n_points']} points, {fit.get('method', '')})")
     check = (fit_doc or {}).get("extrapolation") or {}
     if "mean_abs_err" in check:
         lines.append(f"- Extrapolation check (§2): fitted on the first half of the compute, the curve predicts the "

@@ -135,8 +135,10 @@ def _fit_paths(
     model: str = "sigmoid",
     a_grid: Optional[str] = None,
     cmid_grid: Optional[str] = None,
+    shared_cutoff: bool = False,
 ) -> list["FitResult"]:
-    """Load and fit every path; any user mistake is raised before anything is written."""
+    """Load and fit every path; any user mistake is raised before anything is written. ``shared_cutoff`` (with
+    ``fit_from`` None): one absolute early-point cutoff for every run (``scalerl.experiments.cutoff``)."""
     from scalerl.curves import FIT_METHODS, fit_series, load_series
     from scalerl.curves.fit import MODELS
 
@@ -147,9 +149,13 @@ def _fit_paths(
     grids = {"a_grid": _parse_grid(a_grid, "--a-grid", False), "cmid_grid": _parse_grid(cmid_grid, "--cmid-grid", True)}
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
+    loaded = [load_series(path, x, y) for path in paths]
+    if fit_from is None and shared_cutoff:
+        from scalerl.experiments.cutoff import shared_fit_from
+
+        fit_from = shared_fit_from([series.x for series in loaded], until_abs, until_frac)
     fits = []
-    for path in paths:
-        series = load_series(path, x, y)
+    for series in loaded:
         predict = points or [float(series.x.max()), 2 * float(series.x.max())]
         fits.append(
             fit_series(
@@ -324,11 +330,9 @@ def compare(
     if len(paths) < 2:
         raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
     check_fit_numbers(fit_from, level, bounds, margin=margin)
-    if fit_from is None:  # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py)
-        from scalerl.experiments.cutoff import shared_fit_from_paths
-        fit_from = shared_fit_from_paths(paths, x, y, *_parse_until(fit_until))
+    # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
-                      cmid_grid=cmid_grid)
+                      cmid_grid=cmid_grid, shared_cutoff=True)
     result = compare_fits(fits, margin=margin)
     from scalerl.curves import DEFAULT_Y
     from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks

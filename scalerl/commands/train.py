@@ -89,12 +89,12 @@ def backend_overrides(backend: str | None, address: str | None) -> list[str]:
 
 def _fit_line(fit: dict, unit: str = "") -> str:
     """A fit of ``fit.json`` in one line (rich markup): A (yellow while not identified), B, Cmid, R0."""
-    from scalerl.forecast import describe_fit
+    from scalerl.forecast import describe_fit, describe_shape
 
     asymptote = describe_fit(fit) + (" (95% interval)" if fit["identified"] else "")
     if not fit["identified"]:
         asymptote = f"[yellow]{asymptote}[/yellow]"
-    return f"{asymptote}, B = {fit['B']:.2f}, Cmid = {fit['Cmid']:.4g}{unit}, R0 = {fit['R0']:.3f}"
+    return f"{asymptote}, {describe_shape(fit, unit)}"
 
 
 def print_summary(out: Path, summary: dict) -> None:
