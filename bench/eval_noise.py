@@ -45,7 +45,7 @@ def main() -> None:
     else:
         from scalerl.models.warmup import warmup
 
-        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=cfg.seed)
+        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup.resolved(bundle.pretrained), seed=cfg.seed)
         where = f"preset {args.preset} after its warm-up"
     bundle.model.eval()
     engine = native_engine(bundle, fp32_head=cfg.algo.fp32_head)

@@ -45,10 +45,10 @@ def main() -> None:
     cfg = load_config("scalerl")
     bundle = build_model(cfg.model, args.seed)
     task = build_task(cfg.task)
-    if not args.no_warmup and cfg.warmup.steps > 0:
+    if not args.no_warmup and cfg.warmup.steps_for(bundle.pretrained) > 0:
         from scalerl.models.warmup import warmup
 
-        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=args.seed)
+        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup.resolved(bundle.pretrained), seed=args.seed)
     encode = prompt_encoder(bundle)
     prompts = [encode(p.prompt) for p in list(task.train_problems())[: args.prompts]]
     print(f"|log ρ| over the sampled tokens of {args.prompts} prompts × {cfg.batch.generations} (trainer float32)")

@@ -470,7 +470,8 @@ def _warm_up(cfg: Any) -> dict[str, Any]:
 
     bundle = build_model(cfg.model, cfg.base_seed)
     device = resolve_device(cfg.device)
-    stats = warmup(bundle.model.to(device), bundle.tokenizer, build_task(cfg.task), cfg.warmup, seed=cfg.base_seed)
+    stats = warmup(bundle.model.to(device), bundle.tokenizer, build_task(cfg.task),
+                   cfg.warmup.resolved(bundle.pretrained), seed=cfg.base_seed)
     return {"steps": stats.get("steps", 0), "seconds": stats["seconds"], "cached": stats.get("cached", False),
             "device": str(device)}
 

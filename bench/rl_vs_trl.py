@@ -161,8 +161,8 @@ def run_scalerl(cfg: RunConfig, warmup_steps: int, label: str) -> Throughput:
 def warmed_policy(cfg: RunConfig, task: Any) -> torch.nn.Module:
     """The scalerl starting policy: fresh weights plus the cached supervised warm-up that ``train`` applies."""
     bundle = build_model(cfg.model, cfg.seed)
-    if cfg.warmup.steps > 0:
-        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=cfg.seed)
+    if cfg.warmup.steps_for(bundle.pretrained) > 0:
+        warmup(bundle.model, bundle.tokenizer, task, cfg.warmup.resolved(bundle.pretrained), seed=cfg.seed)
     return bundle.model
 
 

@@ -24,7 +24,7 @@ torch.set_num_threads(threads)
 cfg = load_config("scalerl", None, ["backend=inline", "algo.zero_variance_filter=false", *sets])
 task = build_task(cfg.task)
 bundle = build_model(cfg.model, cfg.seed)
-warmup(bundle.model, bundle.tokenizer, task, cfg.warmup, seed=cfg.seed)
+warmup(bundle.model, bundle.tokenizer, task, cfg.warmup.resolved(bundle.pretrained), seed=cfg.seed)
 gen = GeneratorWorker(cfg, task)
 gen.load(0, bundle.model.state_dict())
 from scalerl.pipeline.batch import Request

@@ -43,20 +43,44 @@ class ModelConfig(Strict):
     n_heads: int = Field(4, ge=1)
     max_seq_len: int = Field(160, ge=16)
     dtype: Literal["float32", "bfloat16"] = "float32"
+    # Hugging Face models' prompt (docs/models.md): the chat template with ``system`` as the system message (None:
+    # the template's own), and with ``think`` scalerl's thinking instruction and a ``<think>`` opener, so that a
+    # completion is thinking, ``</think>``, answer (§3.8's interruptions cut over-long thinking). The built-in
+    # model continues the task's prompt text as it is and ignores both
+    think: bool = True
+    system: str | None = None
     # the base model's seed (its initial weights and warm-up); None: the run's seed. Fix it to repeat RL seeds
     # on one base model, as the paper's seeds do (bench/replicate.py)
     seed: int | None = None
 
 
-class WarmupConfig(Strict):
-    """Short supervised phase so that RL starts as from a base model: low but non-zero pass rate (cached on disk)."""
+# the testbed (issue #11): 1280 steps teach the three-operand tier to near-perfect skill, so RL has only the
+# answer habit to remove (640 left skill for RL to add slowly, and A open at the top)
+SCRATCH_WARMUP_STEPS = 1280
 
-    # the testbed (issue #11): 1280 steps teach the three-operand tier to near-perfect skill, so RL has only the
-    # answer habit to remove (640 left skill for RL to add slowly, and A open at the top)
-    steps: int = Field(1280, ge=0)
+
+class WarmupConfig(Strict):
+    """Short supervised phase so that RL starts as from a base model: low but non-zero pass rate (cached on disk).
+
+    It is for a model built here (the built-in ``tiny`` model, a Hugging Face folder without weights): pretrained
+    weights already start RL as the paper's runs do (§2, §5), so they get none unless ``steps`` asks for it."""
+
+    # None: the model kind's own (``steps_for``): SCRATCH_WARMUP_STEPS from scratch, 0 for pretrained weights
+    steps: int | None = Field(None, ge=0)
     batch_size: int = Field(64, ge=1)
     lr: float = Field(3e-3, gt=0)
     cache: bool = True
+
+    def steps_for(self, pretrained: bool) -> int:
+        """The warm-up steps a model gets: ``steps`` when given, else 0 for pretrained weights (``ModelBundle.
+        pretrained``) and SCRATCH_WARMUP_STEPS for a model built here."""
+        if self.steps is not None:
+            return self.steps
+        return 0 if pretrained else SCRATCH_WARMUP_STEPS
+
+    def resolved(self, pretrained: bool) -> "WarmupConfig":
+        """This config with ``steps`` filled in for a model that is (or is not) pretrained."""
+        return self.model_copy(update={"steps": self.steps_for(pretrained)})
 
 
 class MixEntry(Named):
@@ -358,6 +382,19 @@ def _preset_file(name: str) -> dict[str, Any]:
     return read_yaml(path)
 
 
+# a preset file's fields that are not the run's config: its one-line description, and what ``scalerl demo`` checks
+# of itself when it runs the preset (``preset_demo``)
+PRESET_ONLY = ("description", "demo")
+
+
+def preset_demo(name: str) -> dict[str, Any]:
+    """The ``demo:`` mapping of a preset file ({} when it has none): the demo's own checks of that preset."""
+    demo = _preset_file(name).get("demo") or {}
+    if not isinstance(demo, dict):
+        raise UserError(f"preset {name!r}: demo must be a mapping of fields, not {type(demo).__name__}")
+    return demo
+
+
 def preset_description(name: str) -> str:
     """The one-line ``description:`` of a preset file ("" when it has none)."""
     return " ".join(str(_preset_file(name).get("description", "")).split())
@@ -369,7 +406,8 @@ def preset_dict(name: str, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
         raise UserError(f"preset {name!r} has a cycle in its base chain: {' -> '.join(_seen + (name,))}")
     data = _preset_file(name)
     base = data.pop("base", None)
-    data.pop("description", None)
+    for key in PRESET_ONLY:
+        data.pop(key, None)
     if base:
         return _deep_merge(preset_dict(str(base), _seen + (name,)), data)
     return data

@@ -13,7 +13,7 @@ from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM  # noqa: E4
 
 from scalerl.algo.length_control import Interruption, LengthControl  # noqa: E402
 from scalerl.engines.base import Engine, Sample  # noqa: E402
-from scalerl.engines.hf import HFEngine  # noqa: E402
+from scalerl.engines.hf import HFEngine, cache_argument  # noqa: E402
 from scalerl.engines.sequence import ThinkEndDetector  # noqa: E402
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs  # noqa: E402
 from scalerl.models.hf import HFPolicy  # noqa: E402
@@ -103,6 +103,21 @@ def test_engine_satisfies_protocol_and_logprobs_equal_full_forward():
         assert torch.all(gen[forced] == 0.0)
         torch.testing.assert_close(gen[~forced], ref[~forced], atol=1e-5, rtol=0)
         assert len(s.tokens) == len(s.logprobs) == len(s.versions) == len(s.forced)
+
+
+def test_decoding_prints_no_deprecation_warning(capfd):
+    """issue 34: transformers 5 renamed the KV cache argument ``past_key_values`` to ``cache`` and warns (a
+    FutureWarning, and a logged warning) whenever the old name is used; the engine uses the name the library takes."""
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()  # the logged warning is printed once per process: make it printable again
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine_for(tiny_policy()).generate(PROMPTS, n=2, length=LengthControl(max_new_tokens=6), seed=0)
+    printed = [str(w.message) for w in caught] + capfd.readouterr().err.splitlines()
+    assert not [line for line in printed if "past_key_values" in line or "deprecat" in line.lower()], printed
 
 
 def test_same_seed_same_samples_other_seed_differs():
@@ -234,9 +249,9 @@ def test_in_flight_update_keeps_the_kv_cache_of_the_old_weights():
     assert k == 3
     # reference: the old weights build the cache up to the switch, the new weights continue on it
     seq = torch.tensor([prompt + s.tokens])
-    cache = DynamicCache(config=old.hf.config)
-    old.hf(seq[:, : len(prompt) + k - 1], past_key_values=cache, use_cache=True)
-    cont = new.hf(seq[:, len(prompt) + k - 1 : -1], past_key_values=cache, use_cache=True).logits[0].float()
+    cache, name = DynamicCache(config=old.hf.config), cache_argument(old.hf)
+    old.hf(seq[:, : len(prompt) + k - 1], use_cache=True, **{name: cache})
+    cont = new.hf(seq[:, len(prompt) + k - 1 : -1], use_cache=True, **{name: cache}).logits[0].float()
     stale = token_logprobs(cont, seq[0, len(prompt) + k :])
     torch.testing.assert_close(torch.tensor(s.logprobs[k:]), stale, atol=1e-5, rtol=0)
     recomputed = trainer_logprobs(new, [s])[0][k:]

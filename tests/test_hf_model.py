@@ -138,6 +138,34 @@ def test_bundle_engine_generates_with_fp32_head(config_folder):
     assert logits.dtype == torch.float32
 
 
+def test_pretrained_weights_are_marked_and_a_config_only_folder_is_not(config_folder, weights_folder):
+    assert hf.load_hf_bundle(weights_folder[0], ModelConfig(name=str(weights_folder[0])), seed=0).pretrained
+    assert not hf.load_hf_bundle(config_folder, ModelConfig(name=str(config_folder)), seed=0).pretrained
+    assert not build_model(ModelConfig(), seed=0).pretrained  # the built-in model is built here
+
+
+@pytest.mark.parametrize("asked, folder, expected", [
+    (None, "weights", None),   # pretrained weights: no warm-up unless asked (issue 34)
+    (3, "weights", 3),         # asked for
+    (None, "config", 1280),    # a randomly initialised model gets the built-in model's warm-up
+])
+def test_the_warmup_depends_on_the_model_kind(asked, folder, expected, config_folder, weights_folder, tmp_path,
+                                              monkeypatch):
+    import scalerl.models.warmup as warm
+    from scalerl.config import load_config
+    from scalerl.pipeline.runner import train
+
+    calls = []
+    monkeypatch.setattr(warm, "warmup", lambda model, tok, task, cfg, seed: calls.append(cfg.steps) or {})
+    path = weights_folder[0] if folder == "weights" else config_folder
+    sets = [f"model.name={path}", "model.think=false", "backend=inline", "steps=1", "batch.prompts=2",
+            "batch.generations=2", "task.n_train=16", "task.n_val=2", "task.params.max_operands=2",
+            "eval.n_samples=1", "eval.every=100", "algo.length.name=none", "algo.length.params.max_new_tokens=8",
+            "tensorboard=false", "threads=1", *([f"warmup.steps={asked}"] if asked is not None else [])]
+    train(load_config("scalerl", None, sets), tmp_path / "run", show_progress=False)
+    assert calls == ([] if expected is None else [expected])
+
+
 def test_not_a_model_folder_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="no config.json"):
         hf.load_hf_bundle(tmp_path, ModelConfig(name=str(tmp_path)), seed=0)

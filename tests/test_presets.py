@@ -21,7 +21,7 @@ from scalerl.presets import (
     resolve_variant,
 )
 
-PRESETS = ["dapo_qwen", "grpo_deepseek", "magistral", "minimax", "multitask", "scalerl"]
+PRESETS = ["dapo_qwen", "grpo_deepseek", "magistral", "minimax", "multitask", "scalerl", "smollm2"]
 LOO = ["loo-dapo", "loo-fp32", "loo-savg", "loo-plan", "loo-batch", "loo-uniform", "loo-lp", "loo-8op"]
 
 

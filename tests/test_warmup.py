@@ -65,3 +65,14 @@ def test_zero_steps_and_cache_off_leave_no_files(tmp_path):
     assert torch.equal(model.embed.weight, w)
     warmup(model, TOK, TASK, WarmupConfig(steps=2, batch_size=4, cache=False), seed=0, cache_dir=tmp_path)
     assert not torch.equal(model.embed.weight, w) and not any(tmp_path.iterdir())
+
+
+def test_steps_default_to_the_model_kind():
+    """issue 34: unset, the warm-up is the built-in model's (1280 steps) for weights built here and none for
+    pretrained weights; a number asks for that many either way. warmup() without a resolved config is the former."""
+    from scalerl.config import SCRATCH_WARMUP_STEPS
+
+    assert WarmupConfig().steps is None and SCRATCH_WARMUP_STEPS == 1280
+    assert WarmupConfig().steps_for(pretrained=False) == 1280 and WarmupConfig().steps_for(pretrained=True) == 0
+    assert WarmupConfig(steps=7).steps_for(pretrained=True) == 7 and WarmupConfig(steps=0).steps_for(False) == 0
+    assert WarmupConfig(batch_size=3).resolved(True) == WarmupConfig(steps=0, batch_size=3)

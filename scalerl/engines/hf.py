@@ -1,6 +1,7 @@
 """Generation engine for any Hugging Face causal LM: a manual decode loop over the model's KV cache.
 
-What design.md asks of an engine, on top of transformers' ``past_key_values``:
+What design.md asks of an engine, on top of transformers' KV cache (the ``cache`` argument; ``past_key_values``
+before transformers 5, and deprecated since, with a warning at every call: ``cache_argument`` picks the name):
 
 * temperature-1 sampling with per-token generator log-probs, from the FP32 LM head when on (§3.3);
 * interruptions (§3.8), by the shared ``scalerl.engines.runtime.LengthRuntime``: when a sequence's thinking
@@ -19,6 +20,7 @@ so the per-step cost follows the live sequences only.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
@@ -30,6 +32,12 @@ from scalerl.engines.sequence import stop_token_ids, think_end_detector
 from scalerl.models.base import Tokenizer
 from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 from scalerl.models.hf import inner_hf_model, position_ids
+
+
+def cache_argument(lm: nn.Module) -> str:
+    """The name under which ``lm``'s forward takes and returns its KV cache: ``cache`` (transformers 5), or
+    ``past_key_values`` where the forward has no ``cache`` parameter (older transformers)."""
+    return "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
 
 
 class HFEngine(InFlightWeights):
@@ -44,6 +52,7 @@ class HFEngine(InFlightWeights):
         self.version = 0
         self.last_stats: dict[str, float] = {}
         self.stop_ids = stop_token_ids(model, tokenizer)
+        self.cache_name = cache_argument(self.lm)
 
     def _max_new(self, length: Any, prompt_len: int) -> int:
         if length is not None:
@@ -59,11 +68,11 @@ class HFEngine(InFlightWeights):
             input_ids=ids,
             attention_mask=mask.long(),
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self.cache_name: cache},
         )
-        return out.logits[:, -1], out.past_key_values
+        return out.logits[:, -1], getattr(out, self.cache_name)
 
     @torch.no_grad()
     def generate(

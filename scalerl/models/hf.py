@@ -214,9 +214,10 @@ def load_hf_bundle(path_or_name: str | os.PathLike[str], cfg: ModelConfig, seed:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     dtype = _DTYPES[cfg.dtype]
+    pretrained = _has_weights(folder)
     try:
         hf_tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
-        if _has_weights(folder):
+        if pretrained:
             hf_model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, local_files_only=True)
         else:
             torch.manual_seed(seed)
@@ -230,8 +231,9 @@ def load_hf_bundle(path_or_name: str | os.PathLike[str], cfg: ModelConfig, seed:
         tokenizer=HFTokenizer(hf_tokenizer),
         family="hf",
         spec=model_spec(hf_model),
-        format_prompt=functools.partial(format_prompt, hf_tokenizer, think=True),
+        format_prompt=functools.partial(format_prompt, hf_tokenizer, system=cfg.system, think=cfg.think),
         hf_export=HF_EXPORT,
+        pretrained=pretrained,
     )
 
 

@@ -46,6 +46,10 @@ class ModelBundle:
     format_prompt: Callable[[str], str] | None = None
     # the model as a Hugging Face checkpoint, for engines that load one (vLLM); None: not exportable
     hf_export: HFExport | None = None
+    # True: trained weights loaded from a checkpoint (SmolLM2, a saved folder), which start RL as the paper's runs
+    # do; False: weights built here (the tiny model, a folder without weights), which get the supervised warm-up
+    # (``WarmupConfig.steps_for``)
+    pretrained: bool = False
 
 
 MODELS: Registry[Callable[..., ModelBundle]] = Registry("model")

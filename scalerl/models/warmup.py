@@ -82,6 +82,7 @@ def warmup(
     ``cfg.lr`` (short warm-up, flat, linear decay over the last 20%) for ``cfg.steps`` steps of
     ``cfg.batch_size`` examples. Returns stats:
     ``cached`` (loaded from disk), ``steps``, ``loss_first``, ``loss_last``, ``seconds``, ``path``."""
+    cfg = cfg.resolved(pretrained=False)  # steps left unset: a model built here (the runner resolves per bundle)
     if cfg.steps == 0:
         return {"cached": False, "steps": 0, "seconds": 0.0}
     t0 = time.perf_counter()

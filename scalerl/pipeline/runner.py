@@ -127,12 +127,13 @@ def _run(
     ckpt = load_latest_checkpoint(out) if resume else None
     warm_stats: dict[str, Any] = {}
     model.to(ranks.device(cfg))  # the warm-up trains on the run's device (a GPU when there is one)
-    if ckpt is None and cfg.warmup.steps > 0 and hasattr(task, "demonstration"):
+    warm_cfg = cfg.warmup.resolved(bundle.pretrained)  # pretrained weights: no warm-up unless warmup.steps asks
+    if ckpt is None and warm_cfg.steps and hasattr(task, "demonstration"):
         from scalerl.models.warmup import warmup
 
         # nothing else of this run is running yet (no generator process): the warm-up may use this rank's cores
         torch.set_num_threads(cfg.threads or max(threads, (os.cpu_count() or 1) // ranks.world))
-        warm_stats = warmup(model, tokenizer, task, cfg.warmup, seed=cfg.base_seed)
+        warm_stats = warmup(model, tokenizer, task, warm_cfg, seed=cfg.base_seed)
         torch.set_num_threads(threads)
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
     held = cfg.devices or backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
