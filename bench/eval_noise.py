@@ -8,6 +8,7 @@ The checkpoint is a run directory's latest checkpoint (``--run DIR``), or else t
     python3 bench/eval_noise.py --repeats 5                              # the scalerl preset after warm-up
     python3 bench/eval_noise.py --run runs/demo --repeats 5              # the demo's last checkpoint
     python3 bench/eval_noise.py --set eval.n_samples=8 --repeats 5       # another evaluation size
+    python3 bench/eval_noise.py --preset smollm2 --repeats 3             # SmolLM2 at step 0 (no warm-up: pretrained)
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def main() -> None:
         from scalerl.models.warmup import warmup
 
         warmup(bundle.model, bundle.tokenizer, task, cfg.warmup.resolved(bundle.pretrained), seed=cfg.seed)
-        where = f"preset {args.preset} after its warm-up"
+        where = f"preset {args.preset} at the start of RL"
     bundle.model.eval()
     engine = native_engine(bundle, fp32_head=cfg.algo.fp32_head)
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
@@ -57,7 +58,9 @@ def main() -> None:
     rates = np.array([r["val/pass_rate"] for r in runs])
     print(f"{where}: {len(val)} prompts x {cfg.eval.n_samples} samples, {args.repeats} sampling seeds")
     print(f"pass rate per seed: {', '.join(f'{r:.4f}' for r in rates)}")
-    print(f"mean {rates.mean():.4f}, standard error of one evaluation (sd across seeds) {rates.std(ddof=1):.4f}")
+    sd = f"{rates.std(ddof=1):.4f}" if len(rates) > 1 else "n/a (one seed)"
+    truncated = np.mean([r["val/truncation_rate"] for r in runs])
+    print(f"mean {rates.mean():.4f}, standard error of one evaluation (sd across seeds) {sd}, truncated {truncated:.3f}")
     for key in sorted(k for k in runs[0] if k.startswith("val/tier/")):
         vals = np.array([r[key] for r in runs])
         print(f"  {key}: mean {vals.mean():.3f}, sd {vals.std(ddof=1):.3f}")

@@ -156,7 +156,7 @@ def test_the_warmup_depends_on_the_model_kind(asked, folder, expected, config_fo
     from scalerl.pipeline.runner import train
 
     calls = []
-    monkeypatch.setattr(warm, "warmup", lambda model, tok, task, cfg, seed: calls.append(cfg.steps) or {})
+    monkeypatch.setattr(warm, "warmup", lambda model, tok, task, cfg, seed, encode: calls.append(cfg.steps) or {})
     path = weights_folder[0] if folder == "weights" else config_folder
     sets = [f"model.name={path}", "model.think=false", "backend=inline", "steps=1", "batch.prompts=2",
             "batch.generations=2", "task.n_train=16", "task.n_val=2", "task.params.max_operands=2",

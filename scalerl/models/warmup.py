@@ -14,7 +14,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -34,12 +34,17 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(os.environ.get("SCALERL_CACHE") or Path.home() / ".cache" / "scalerl")
 
 
-def _examples(task: Any, tokenizer: Tokenizer) -> list[tuple[list[int], list[int]]]:
+def _examples(
+    task: Any, tokenizer: Tokenizer, encode: Callable[[str], list[int]] | None = None
+) -> list[tuple[list[int], list[int]]]:
     """(prompt tokens as the generator sees them, completion tokens + EOS) for each training problem the task
-    demonstrates (``task.demonstration(p)`` is None for a problem the base model is never shown)."""
+    demonstrates (``task.demonstration(p)`` is None for a problem the base model is never shown). ``encode``: the
+    run's prompt encoder (``models.registry.prompt_encoder``: a chat template, if the model has one); default the
+    task's text with the tokenizer's BOS."""
+    encode = encode or (lambda text: encode_prompt(tokenizer, text))
     shown = ((p, task.demonstration(p)) for p in task.train_problems())
     return [
-        (encode_prompt(tokenizer, p.prompt), list(tokenizer.encode(demo)) + [tokenizer.eos_id])
+        (encode(p.prompt), list(tokenizer.encode(demo)) + [tokenizer.eos_id])
         for p, demo in shown if demo is not None
     ]
 
@@ -75,6 +80,7 @@ def warmup(
     cfg: WarmupConfig,
     seed: int,
     cache_dir: str | os.PathLike[str] | None = None,
+    encode: Callable[[str], list[int]] | None = None,
 ) -> dict[str, Any]:
     """Train ``model`` in place on ``task.demonstration(p)`` for the task's training problems.
 
@@ -86,7 +92,7 @@ def warmup(
     if cfg.steps == 0:
         return {"cached": False, "steps": 0, "seconds": 0.0}
     t0 = time.perf_counter()
-    examples = _examples(task, tokenizer)
+    examples = _examples(task, tokenizer, encode)
     path = cache_root(cache_dir) / "warmup" / f"{_cache_key(model, tokenizer, examples, cfg, seed)}.pt"
     if cfg.cache and path.is_file():
         saved = torch.load(path, map_location="cpu", weights_only=True)

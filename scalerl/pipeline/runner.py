@@ -133,7 +133,7 @@ def _run(
 
         # nothing else of this run is running yet (no generator process): the warm-up may use this rank's cores
         torch.set_num_threads(cfg.threads or max(threads, (os.cpu_count() or 1) // ranks.world))
-        warm_stats = warmup(model, tokenizer, task, warm_cfg, seed=cfg.base_seed)
+        warm_stats = warmup(model, tokenizer, task, warm_cfg, seed=cfg.base_seed, encode=prompt_encoder(bundle))
         torch.set_num_threads(threads)
     trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
     held = cfg.devices or backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
