@@ -7,6 +7,7 @@ The checkpoint is a run directory's latest checkpoint (``--run DIR``), or else t
 
     python3 bench/eval_noise.py --repeats 5                              # the scalerl preset after warm-up
     python3 bench/eval_noise.py --run runs/demo --repeats 5              # the demo's last checkpoint
+    python3 bench/eval_noise.py --run runs/smol --set eval.n_prompts=160 --set eval.n_samples=4 --repeats 3
     python3 bench/eval_noise.py --set eval.n_samples=8 --repeats 5       # another evaluation size
     python3 bench/eval_noise.py --preset smollm2 --repeats 3             # SmolLM2 at step 0 (no warm-up: pretrained)
 """
@@ -20,7 +21,7 @@ import numpy as np
 import torch
 
 from scalerl.build import build_length_control, build_model, build_task
-from scalerl.config import config_from_run_dir, load_config
+from scalerl.config import apply_overrides, build_config, config_from_run_dir, load_config
 from scalerl.engines.registry import native_engine
 from scalerl.evaluate import evaluate
 from scalerl.models.registry import prompt_encoder
@@ -36,7 +37,10 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    cfg = config_from_run_dir(args.run) if args.run else load_config(args.preset, None, args.sets)
+    if args.run:  # the run's config, with --set on top (e.g. another evaluation size)
+        cfg = build_config(apply_overrides(config_from_run_dir(args.run).model_dump(mode="json"), args.sets))
+    else:
+        cfg = load_config(args.preset, None, args.sets)
     task = build_task(cfg.task)
     bundle = build_model(cfg.model, cfg.seed)
     if args.run:

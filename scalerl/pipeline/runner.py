@@ -200,6 +200,7 @@ class RunLoop:
         if state.step == 0 and fresh:
             self.evaluate()
             last_eval_step = 0
+        checkpointed = -1 if fresh else state.step  # the step of the latest checkpoint
         state.meter.start()  # compute: every device held x this wall clock, less the pauses below
         try:
             while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
@@ -210,6 +211,7 @@ class RunLoop:
                 if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
                     t_ckpt = time.perf_counter()
                     self.checkpoint()
+                    checkpointed = state.step
                     self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
         except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
             self.state.save(self.out, self.ranks.trainer_state(self.trainer),
@@ -218,6 +220,7 @@ class RunLoop:
         state.meter.stop()
         if last_eval_step != state.step:
             self.evaluate()
+        if checkpointed != state.step:  # ended by the time cap: the run's last step is checkpointed all the same
             self.checkpoint()
 
     def step(self) -> None:
