@@ -257,6 +257,8 @@ class RunConfig(Strict):
     seed: int = 0
     steps: int = Field(200, ge=1)
     max_minutes: float | None = Field(None, gt=0)
+    # compute budget on the curves' x-axis (§1.1: GPU-hours): the run stops once compute/device_hours reaches it
+    max_device_hours: float | None = Field(None, gt=0)
     backend: Literal["local", "inline", "ray"] = "local"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     devices: int | None = Field(None, ge=1)  # devices the run holds, x wall clock = compute/device_hours; default: its processes

@@ -12,7 +12,10 @@ What it shows, each piece from the paper:
 * with a task mixture (§5): one curve and fit per domain, side by side (a single-domain run of the same report
   beside its domain), and the downstream sets beside the overall validation curve;
 * training diagnostics over time: truncation rate (§3.8), staleness (§3.1), zero-variance fraction (§3.6),
-  retired prompts (§3.7), entropy (§3.9).
+  retired prompts (§3.7), entropy (§3.9);
+* for a pruned sweep (``--prune``, §1's third principle): the compute each run got against its budget, where and why
+  a run was stopped with the numbers that decided (its outlook, the leader's lower end, the margin), and the
+  sweep's compute against the unpruned budget.
 
 Figures are PNGs embedded as base64, the CSS is inline, nothing is fetched: the file opens offline. A run
 directory that cannot be reported (no metrics, unreadable metrics, too few evaluations) is named in the report
@@ -124,6 +127,38 @@ def _forecast_table(runs: list[RunAnalysis]) -> str:
                    "trust: the run's own history"], rows, text=(0, 5))
 
 
+def _pruning_section(p: dict[str, Any] | None) -> str:
+    """What ``--prune`` did (``sweep.json``'s ``pruning``); '' for an unpruned sweep."""
+    if not p:
+        return ""
+    from scalerl.experiments.prune_sweep import rung_name
+
+    rows = []
+    for name, r in p.get("runs", {}).items():
+        o = r.get("outlook") or {}
+        outlook = (f"{o['value']:.3f} [{o['lo']:.3f}, {o['hi']:.3f}] <span class=meta>{_esc(o['basis'])} @ "
+                   f"{o['compute']:.3g}</span>" if o else "–")
+        where = rung_name(r["stopped_at"]) if r.get("stopped_at") is not None else "–"
+        state = f'<span class="bad">{_esc(r["state"])}</span>' if r["state"] == "pruned" else _esc(r["state"])
+        share = r["compute"] / r["budget"] if r.get("budget") else 0.0
+        rows.append(([_esc(name), state, where, f"{r['compute']:.3g}", f"{r['budget']:.3g}", f"{share:.0%}",
+                      outlook, _esc(r.get("leader") or "–"), _num(r.get("leader_lo"), ".3f"), f"{p['margin']:g}",
+                      _esc(r.get("reason", ""))], "tie" if r["state"] == "pruned" else ""))
+    table = _table(["run", "state", "stopped at", "compute got", "budget", "share", "outlook [lo, hi] at decision",
+                    "leader", "leader's lower end", "margin", "why"], rows, text=(0, 1, 7, 10))
+    total = (f"The sweep spent <b>{p['spent_device_hours']:.4g}</b> of the <b>{p['unpruned_device_hours']:.4g}</b> "
+             f"device-hours its runs would get unpruned (<b>{p['spent_share']:.0%}</b>); rungs at "
+             f"{', '.join(rung_name(x) for x in p['rungs'])} of each run's budget, {p['decided']} decided.")
+    return f"""<h2>Pruning</h2>
+<p>{total}</p>
+{table}
+<p class="note">At each rung every live run is fitted on its evaluations so far (Eq. 1). Its outlook is the 95%
+interval on A when A is identified, else the forecast at its full budget with the 80% band. A run stops when the
+upper end of its outlook lies more than the margin (App. A.5: 0.02) below the leader's lower end; a run without a
+trustworthy forecast (fewer than 6 evaluations, a failed fit, a curve Eq. 1 does not describe) is never stopped.
+A stopped run's fit and ranking below use only the evaluations it got.</p>"""
+
+
 def _domains_table(runs: list[RunAnalysis]) -> str:
     rows = []
     for r in runs:
@@ -189,6 +224,7 @@ def render(a: Analysis, figures: dict[str, str], extra: str = "") -> str:
 {f'<p class="note">{_esc(a.description)}</p>' if a.description else ''}
 {skipped}
 {extra}
+{_pruning_section(a.pruning)}
 <h2>Compute–reward curves</h2>
 {fig("curves", "measured points, fitted sigmoids and extrapolations of every run")}
 <p class="note">Eq. 1, R(C) = R0 + (A − R0) / (1 + (Cmid/C)^B), fitted to every run; the dashed part extrapolates

@@ -25,7 +25,7 @@ import shutil
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -53,7 +53,25 @@ from scalerl.trainer import Trainer
 
 
 # what a resumed run may change: its budget and where/how it runs, never what it computes
-RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "engine", "threads", "tensorboard", "devices", "faults")
+RESUMABLE_FIELDS = ("steps", "max_minutes", "max_device_hours", "backend", "ray", "engine", "threads", "tensorboard",
+                    "devices", "faults")
+
+
+class StopVerdict(Protocol):
+    """What a stop rule says after an evaluation: whether to stop, why, how far the run is from each of its
+    conditions (``text``, for the display) and the numbers behind it (``metrics``, logged with the evaluation)."""
+
+    stop: bool
+    reason: str
+    text: str
+    metrics: dict[str, float]
+
+
+class StopRule(Protocol):
+    """Asked after every evaluation whether the run should stop before its budget (``scalerl train --stop-when``,
+    :mod:`scalerl.experiments.stopping`); it reads the run's config and state (the live forecaster's points)."""
+
+    def __call__(self, cfg: RunConfig, state: RunState) -> StopVerdict: ...
 
 
 def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
@@ -75,26 +93,31 @@ def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
         raise UserError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
 
 
-def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True) -> dict[str, Any] | None:
-    """One run; returns the final fit summary. Under torchrun rank 0 drives the run with the trainer sharded
-    over every rank, and the other ranks follow it, ignore ``cfg`` (rank 0's is the run's) and return None."""
+def train(
+    cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True, stop_rule: StopRule | None = None,
+) -> dict[str, Any] | None:
+    """One run; returns the final fit summary (with ``stopped``: the reason, when ``stop_rule`` ended it before its
+    budget). Under torchrun rank 0 drives the run with the trainer sharded over every rank, and the other ranks
+    follow it, ignore ``cfg`` (rank 0's is the run's) and return None."""
     if launched_world() <= 1:
-        return _drive(cfg, Path(out), resume, show_progress, Solo())
+        return _drive(cfg, Path(out), resume, show_progress, Solo(), stop_rule)
     if is_follower():
         follow()
         return None
     with lead() as ranks:
-        return _drive(cfg, Path(out), resume, show_progress, ranks)
+        return _drive(cfg, Path(out), resume, show_progress, ranks, stop_rule)
 
 
-def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo) -> dict[str, Any]:
+def _drive(
+    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, stop_rule: StopRule | None = None,
+) -> dict[str, Any]:
     check_run_dir(cfg, out, resume)
     fresh = not out.exists()  # a new run in a directory this call makes: a mistake found before step 1 removes it
     for directory in (out, out / CKPT_DIR):
         remove_stale_temporaries(directory)  # a killed run's half-written checkpoint or metrics rewrite
     progress = {"trained": False}
     try:
-        return _run(cfg, out, resume, show_progress, ranks, progress)
+        return _run(cfg, out, resume, show_progress, ranks, progress, stop_rule)
     except UserError:
         if fresh and not progress["trained"]:
             shutil.rmtree(out, ignore_errors=True)
@@ -114,7 +137,8 @@ def check_context(bundle: Any, encode: Any, task: Any, length: Any, extra: Seque
 
 
 def _run(
-    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool]
+    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool],
+    stop_rule: StopRule | None = None,
 ) -> dict[str, Any]:
     threads, gen_threads, schedule = setup_rank(cfg, ranks.world)
     task = build_task(cfg.task)
@@ -155,7 +179,7 @@ def _run(
     backend.submit(state.unready())
 
     loop = RunLoop(cfg, out, ranks, state, schedule, trainer, model, eval_model, evaluation, backend, log,
-                   RunDisplay(cfg, enabled=show_progress), progress)
+                   RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule)
     try:
         with loop.display:
             loop.run(warm_stats, fresh=ckpt is None)
@@ -163,6 +187,8 @@ def _run(
         backend.close()
         log.close()
     summary = state.forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
+    if loop.stopped is not None:
+        summary["stopped"] = loop.stopped
     write_run_card(out)  # README.md: what was done and how it came out (scalerl/runcard.py)
     return summary
 
@@ -186,22 +212,33 @@ class RunLoop:
     display: RunDisplay
     progress: dict[str, bool]  # "trained": whether this call trained a step (a failed fresh run is removed)
     carried: dict[str, float] = field(default_factory=dict)  # the checkpoint written after the previous step
+    stop_rule: StopRule | None = None  # asked after every evaluation whether to stop before the budget
+    stopped: str | None = None  # why the stop rule ended the run (None: it ran to its budget)
+
+    def within_budget(self) -> bool:
+        """Below every budget the config sets: ``steps``, ``max_minutes`` of wall clock, ``max_device_hours`` of
+        compute (the curves' x-axis); and not stopped by the stop rule."""
+        cfg, state = self.cfg, self.state
+        return (state.step < cfg.steps and self.stopped is None
+                and (cfg.max_minutes is None or state.wall() < cfg.max_minutes * 60)
+                and (cfg.max_device_hours is None or state.meter.device_hours < cfg.max_device_hours))
 
     def run(self, warm_stats: dict[str, Any], fresh: bool) -> None:
-        """Steps until ``steps`` or the time budget; evaluates at step 0 (R0, the reward at zero training
-        compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps."""
+        """Steps until a budget ends the run (:meth:`within_budget`); evaluates at step 0 (R0, the reward at zero
+        training compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps
+        and at the end, so that a run stopped at a compute budget resumes from where it stopped."""
         cfg, state = self.cfg, self.state
         # a resumed run that already evaluated at its checkpoint step must not evaluate there again
         last_eval_step = max((int(r["step"]) for r in read_metrics(self.out) if "val/pass_rate" in r), default=-1)
+        last_ckpt_step = state.step  # fresh: nothing trained yet; resumed: its checkpoint's step
         state.start_clock()
-        budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
         self.display.start(state.step, warm_stats)
         if state.step == 0 and fresh:
             self.evaluate()
             last_eval_step = 0
         state.meter.start()  # compute: every device held x this wall clock, less the pauses below
         try:
-            while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
+            while self.within_budget():
                 self.step()
                 if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
                     self.evaluate()
@@ -209,6 +246,7 @@ class RunLoop:
                 if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
                     t_ckpt = time.perf_counter()
                     self.checkpoint()
+                    last_ckpt_step = state.step
                     self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
         except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
             self.state.save(self.out, self.ranks.trainer_state(self.trainer),
@@ -217,6 +255,7 @@ class RunLoop:
         state.meter.stop()
         if last_eval_step != state.step:
             self.evaluate()
+        if last_ckpt_step != state.step:
             self.checkpoint()
 
     def step(self) -> None:
@@ -271,8 +310,15 @@ class RunLoop:
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
         record.update(self.state.forecaster.update(self.state.meter.device_hours, res["val/pass_rate"], domains))
+        stop_text = None
+        if self.stop_rule is not None:
+            verdict = self.stop_rule(self.cfg, self.state)
+            record.update(verdict.metrics)
+            stop_text = verdict.text
+            if verdict.stop:
+                self.stopped = verdict.reason
         self.log.log(record)
-        self.display.eval(record)
+        self.display.eval(record, stop_text)
 
     def checkpoint(self) -> None:
         """Write this step's checkpoint, with the batches already generated for the pending requests. A pause:
