@@ -134,10 +134,11 @@ def test_a_failed_run_holds_the_rung_until_a_rerun_retries_it(tmp_path):
     assert state.decided == len(RUNGS) and state.runs["d"].state == "pruned"
 
 
-def test_report_shows_what_pruning_did(tmp_path):
+def test_report_shows_what_pruning_did_and_what_the_stopped_runs_would_have_reached(tmp_path):
     from scalerl.experiments.report import write_report
+    from scalerl.experiments.sweep import run_sequential
 
-    out = tmp_path / "sweep"
+    out, plain = tmp_path / "sweep", tmp_path / "plain"
     _, state = run_pruned(sweep_of(tmp_path), out, run_fn=SyntheticRunFn(CURVES), show_progress=False)
     write_report(out, tmp_path / "r.html", quiet=True)
     page = (tmp_path / "r.html").read_text()
@@ -145,17 +146,20 @@ def test_report_shows_what_pruning_did(tmp_path):
     t = state.totals()
     assert f"{t['spent_device_hours']:.4g}</b> of the <b>{t['unpruned_device_hours']:.4g}" in page
     assert f"{t['spent_share']:.0%}" in page and rung_name(state.runs["c"].stopped_at) in page
-    assert "cannot win" in page
-    assert "<h2>Pruning</h2>" not in _unpruned_report(tmp_path)
+    assert "cannot win" in page and "unpruned: last reward" not in page
 
-
-def _unpruned_report(tmp_path) -> str:
-    from scalerl.experiments.report import write_report
-    from scalerl.experiments.sweep import run_sequential
-
-    run_sequential(sweep_of(tmp_path), tmp_path / "plain", run_fn=SyntheticRunFn(CURVES), show_progress=False)
-    write_report(tmp_path / "plain", tmp_path / "plain.html", quiet=True)
-    return (tmp_path / "plain.html").read_text()
+    run_sequential(sweep_of(tmp_path), plain, run_fn=SyntheticRunFn(CURVES), show_progress=False)
+    write_report(plain, tmp_path / "plain.html", quiet=True)
+    assert "<h2>Pruning</h2>" not in (tmp_path / "plain.html").read_text()
+    write_report(out, tmp_path / "both.html", quiet=True, unpruned=plain)
+    page = (tmp_path / "both.html").read_text()
+    last_c = json.loads((plain / "c" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert "unpruned: last reward" in page and f"{last_c['val/pass_rate']:.3f}" in page
+    assert f"{state.runs['c'].compute / last_c['compute/device_hours']:.0%}" in page  # its share of the unpruned compute
+    with pytest.raises(UserError, match="not a pruned sweep"):
+        write_report(plain, tmp_path / "x.html", quiet=True, unpruned=out)
+    with pytest.raises(UserError, match="no such directory"):
+        write_report(out, tmp_path / "x.html", quiet=True, unpruned=tmp_path / "nope")
 
 
 def test_rung_names():

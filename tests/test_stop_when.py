@@ -125,7 +125,7 @@ def test_runner_stops_at_a_compute_budget_checkpoints_there_and_resumes(tmp_path
     from scalerl.runlog import checkpoint_files
 
     out = tmp_path / "run"
-    cfg = micro_config("steps=6", "eval.every=3", "max_device_hours=1e-9")  # reached by the first step
+    cfg = micro_config("steps=6", "eval.every=3", "max_device_hours=1.0e-9")  # reached by the first step
     train(cfg, out, show_progress=False)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "val/pass_rate" not in r] == [1]

@@ -119,11 +119,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="HTML file to write (self-contained, works offline)."),
         margin: float = typer.Option(0.02, "--margin", help="Asymptotes closer than this tie (the paper: 0.02)."),
         quiet: bool = typer.Option(False, "--quiet", help="No summary on the terminal."),
+        unpruned: Optional[Path] = typer.Option(
+            None, "--unpruned", help="For a pruned sweep: the unpruned sweep of the same spec, to show what each "
+            "stopped run would have reached and the compute it got there."),
     ) -> None:
         """One offline HTML file: fits and extrapolations, held-out check, ranking, slopes, diagnostics."""
         from scalerl.experiments.report import write_report
 
         check_number("--margin", margin, low=0)
         check_writable_file(out, "--out")
-        write_report(run_dir, out, margin=margin, quiet=quiet)
+        write_report(run_dir, out, margin=margin, quiet=quiet, unpruned=unpruned)
         typer.echo(f"wrote {out}")

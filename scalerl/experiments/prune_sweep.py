@@ -219,6 +219,20 @@ def run_pruned(
     return list(records.values()), state
 
 
+def against_unpruned(pruning: dict[str, Any], unpruned: Path) -> dict[str, dict[str, float]]:
+    """For each run of a pruned sweep (its ``sweep.json`` ``pruning``), what the same run got in an unpruned sweep
+    of the same spec in ``unpruned``: its compute and its last evaluation (what a stopped run would have reached).
+    Runs that sweep does not hold, or that have no evaluation there, are left out."""
+    if not Path(unpruned).is_dir():
+        raise UserError(f"--unpruned {unpruned}: no such directory; give the unpruned sweep's directory")
+    out = {}
+    for name in pruning.get("runs", {}):
+        x, y = points(Path(unpruned) / name)
+        if x.size:
+            out[name] = {"compute": float(x.max()), "reward": float(y[-1])}
+    return out
+
+
 def describe(state: PruneState) -> list[str]:
     """What pruning did, for the terminal: compute spent against the unpruned budget, and each stopped run."""
     t = state.totals()

@@ -141,11 +141,16 @@ def _pruning_section(p: dict[str, Any] | None) -> str:
         where = rung_name(r["stopped_at"]) if r.get("stopped_at") is not None else "–"
         state = f'<span class="bad">{_esc(r["state"])}</span>' if r["state"] == "pruned" else _esc(r["state"])
         share = r["compute"] / r["budget"] if r.get("budget") else 0.0
+        ref = (p.get("unpruned") or {}).get(name)
+        against = ([f"{ref['compute']:.3g}", f"{r['compute'] / ref['compute']:.0%}" if ref["compute"] > 0 else "–",
+                    f"{ref['reward']:.3f}"] if ref else ["–"] * 3) if "unpruned" in p else []
         rows.append(([_esc(name), state, where, f"{r['compute']:.3g}", f"{r['budget']:.3g}", f"{share:.0%}",
-                      outlook, _esc(r.get("leader") or "–"), _num(r.get("leader_lo"), ".3f"), f"{p['margin']:g}",
-                      _esc(r.get("reason", ""))], "tie" if r["state"] == "pruned" else ""))
-    table = _table(["run", "state", "stopped at", "compute got", "budget", "share", "outlook [lo, hi] at decision",
-                    "leader", "leader's lower end", "margin", "why"], rows, text=(0, 1, 7, 10))
+                      outlook, *against, _esc(r.get("leader") or "–"), _num(r.get("leader_lo"), ".3f"),
+                      f"{p['margin']:g}", _esc(r.get("reason", ""))], "tie" if r["state"] == "pruned" else ""))
+    ref_cols = ["unpruned: compute", "share of it", "unpruned: last reward"] if "unpruned" in p else []
+    headers = ["run", "state", "stopped at", "compute got", "budget", "share", "outlook [lo, hi] at decision",
+               *ref_cols, "leader", "leader's lower end", "margin", "why"]
+    table = _table(headers, rows, text=(0, 1, len(headers) - 4, len(headers) - 1))
     total = (f"The sweep spent <b>{p['spent_device_hours']:.4g}</b> of the <b>{p['unpruned_device_hours']:.4g}</b> "
              f"device-hours its runs would get unpruned (<b>{p['spent_share']:.0%}</b>); rungs at "
              f"{', '.join(rung_name(x) for x in p['rungs'])} of each run's budget, {p['decided']} decided.")
@@ -280,14 +285,21 @@ def warn_skipped(a: Analysis) -> None:
 
 def write_report(
     root: str | Path, out: str | Path, margin: float = 0.02, quiet: bool = False,
-    extra: Callable[[Analysis], str] | None = None,
+    extra: Callable[[Analysis], str] | None = None, unpruned: str | Path | None = None,
 ) -> Analysis:
     """Analyse the runs under ``root`` and write the report to ``out`` (atomically). UserError when no run is usable.
-    ``extra`` makes HTML from the analysis to put before the curves."""
+    ``extra`` makes HTML from the analysis to put before the curves. ``unpruned``: for a pruned sweep, the unpruned
+    sweep of the same spec, whose runs show what each pruned run would have reached and the compute it got there."""
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {out}: the report is an HTML file; give a name ending in .html")
     a = analyse(Path(root), margin=margin)
+    if unpruned is not None:
+        from scalerl.experiments.prune_sweep import against_unpruned
+
+        if a.pruning is None:
+            raise UserError(f"--unpruned: {root} is not a pruned sweep (its sweep.json has no 'pruning')")
+        a.pruning = {**a.pruning, "unpruned": against_unpruned(a.pruning, Path(unpruned))}
     warn_skipped(a)
     if not a.runs:
         reasons = "; ".join(f"{s.name}: {s.reason}" for s in a.skipped)
