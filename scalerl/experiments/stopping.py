@@ -14,8 +14,9 @@ run stops after the first evaluation at which any holds:
 
 ``gain`` and ``reach`` act only on a forecast that can be trusted, the same one pruning acts on
 (:func:`scalerl.experiments.pruning.trusted_fit`: at least 6 evaluations, a fit that converged, a curve Eq. 1
-describes); until then they never stop the run. The full budget is the run's compute at its end: its
-``max_device_hours``, else its compute so far scaled to ``steps`` (and to ``max_minutes`` when that ends it first).
+describes); until then they never stop the run. The full budget is the run's compute at its end
+(:func:`run_budget`): its ``max_device_hours``, or its compute so far scaled to ``steps`` or ``max_minutes``,
+whichever ends it first.
 
 A condition that cannot be read is a UserError naming it (one line, exit 2).
 """
@@ -92,16 +93,15 @@ def _condition(text: str) -> Condition:
 
 
 def run_budget(cfg: RunConfig, step: int, compute: float, wall_s: float) -> float | None:
-    """The compute (device-hours) the run will have at its end: ``max_device_hours``, else the compute so far
-    scaled to ``steps`` or, when ``max_minutes`` ends it first, to that wall clock; None before any step."""
-    if cfg.max_device_hours is not None:
-        return float(cfg.max_device_hours)
-    if step <= 0 or compute <= 0:
-        return None
-    end = compute * cfg.steps / step
-    if cfg.max_minutes is not None and wall_s > 0:
-        end = min(end, compute * cfg.max_minutes * 60 / wall_s)
-    return max(end, compute)
+    """The compute (device-hours) the run will have at its end, whichever of its budgets ends it first:
+    ``max_device_hours``, ``steps`` (the compute so far scaled to it) or ``max_minutes`` (scaled to that wall clock);
+    None before any step without ``max_device_hours``."""
+    ends = [float(cfg.max_device_hours)] if cfg.max_device_hours is not None else []
+    if step > 0 and compute > 0:
+        ends.append(compute * cfg.steps / step)
+        if cfg.max_minutes is not None and wall_s > 0:
+            ends.append(compute * cfg.max_minutes * 60 / wall_s)
+    return max(min(ends), compute) if ends else None
 
 
 @dataclass
