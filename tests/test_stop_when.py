@@ -120,12 +120,15 @@ def micro_config(*sets: str):
 
 
 @pytest.mark.slow
-def test_runner_stops_at_a_compute_budget_checkpoints_there_and_resumes(tmp_path):
+def test_runner_stops_at_a_compute_budget_checkpoints_there_and_resumes(tmp_path, monkeypatch):
+    from scalerl.compute import ComputeMeter
     from scalerl.pipeline.runner import train
     from scalerl.runlog import checkpoint_files
 
+    # a meter that reads 1 device-hour once anything was generated: the first step reaches the budget of 0.5
+    monkeypatch.setattr(ComputeMeter, "device_hours", property(lambda m: float(m.gen_tokens > 0)))
     out = tmp_path / "run"
-    cfg = micro_config("steps=6", "eval.every=3", "max_device_hours=1.0e-9")  # reached by the first step
+    cfg = micro_config("steps=6", "eval.every=1", "max_device_hours=0.5")  # step 1 evaluates in the loop
     train(cfg, out, show_progress=False)
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if "val/pass_rate" not in r] == [1]
