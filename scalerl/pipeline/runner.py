@@ -310,15 +310,16 @@ class RunLoop:
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
         record.update(self.state.forecaster.update(self.state.meter.device_hours, res["val/pass_rate"], domains))
-        stop_text = None
-        if self.stop_rule is not None:
-            verdict = self.stop_rule(self.cfg, self.state)
-            record.update(verdict.metrics)
-            stop_text = verdict.text
-            if verdict.stop:
-                self.stopped = verdict.reason
+        if self.stop_rule is None:
+            self.log.log(record)
+            self.display.eval(record)
+            return
+        verdict = self.stop_rule(self.cfg, self.state)
+        record.update(verdict.metrics)
+        if verdict.stop:
+            self.stopped = verdict.reason
         self.log.log(record)
-        self.display.eval(record, stop_text)
+        self.display.eval(record, verdict.text)
 
     def checkpoint(self) -> None:
         """Write this step's checkpoint, with the batches already generated for the pending requests. A pause:
