@@ -37,8 +37,8 @@ from typing import Any, Mapping
 import torch
 
 from scalerl.config import RayConfig, RunConfig
-from scalerl.errors import RunStopped, UserError
-from scalerl.pipeline.ready import ReadyBatches, generate_on_schedule
+from scalerl.errors import UserError
+from scalerl.pipeline.ready import ReadyBatches, Restarts, generate_on_schedule
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule
@@ -120,11 +120,10 @@ class RayBackend(ReadyBatches):
 
     def __init__(self, cfg: RunConfig, schedule: Schedule, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         super().__init__()
-        self.cfg, self.schedule = cfg, schedule
+        self.schedule = schedule
         self.devices = 1 + cfg.ray.generators  # the trainer plus one device per generator
         self.requests: dict[int, dict] = {}  # batch index -> its request, until the batch arrives
-        self.restarts = 0  # actors replaced so far (this process's life): the ``faults/generator_restarts`` metric
-        self.in_a_row = 0  # replacements since a batch last arrived
+        self.restarts = Restarts(cfg.faults.max_generator_restarts)
         self.actor_of: dict[int, int] = {}  # batch index -> rank of the actor that generated it
         self._inflight: dict[Any, tuple[int, list[int]]] = {}  # result ref -> (actor rank, batch indices)
         self._tickets = [0] * cfg.ray.generators
@@ -194,13 +193,7 @@ class RayBackend(ReadyBatches):
     def _replace(self, rank: int, lost: list[int], exc: BaseException) -> None:
         """A new actor in place of dead actor ``rank`` (on the weights last published), asked again for the
         group ``lost`` and for every other group the dead one had not delivered, in their order."""
-        if self.in_a_row >= self.cfg.faults.max_generator_restarts:
-            raise RunStopped(
-                f"Ray generator actor {rank} died {self.in_a_row + 1} times in a row ({type(exc).__name__}); the run "
-                f"stops (faults.max_generator_restarts={self.cfg.faults.max_generator_restarts})"
-            )
-        self.restarts += 1
-        self.in_a_row += 1
+        self.restarts.count(f"Ray generator actor {rank}", type(exc).__name__)
         orphans = [ref for ref, (r, _) in self._inflight.items() if r == rank]  # they fail with it: ask again
         groups = sorted([lost, *(self._inflight.pop(ref)[1] for ref in orphans)])
         try:
@@ -214,7 +207,7 @@ class RayBackend(ReadyBatches):
             self._send(rank, [self.requests[i] for i in indices])
 
     def faults(self) -> dict[str, float]:
-        return {"faults/generator_restarts": float(self.restarts)}
+        return self.restarts.metrics()
 
     def _collect(self, timeout: float) -> None:
         """Take every finished group; wait up to ``timeout`` seconds for the first one."""
@@ -235,7 +228,7 @@ class RayBackend(ReadyBatches):
                 continue
             except RayError as exc:
                 raise RuntimeError(f"Ray generator actor {rank} failed on batches {indices}: {exc}") from exc
-            self.in_a_row = 0
+            self.restarts.arrived()
             for payload in payloads:
                 batch = RolloutBatch.from_payload(payload)
                 self.ready[batch.index] = batch
