@@ -223,9 +223,11 @@ class RayConfig(Strict):
 class FaultsConfig(Strict):
     """What a run survives (docs/scale-out.md): a generator process that dies is replaced and its lost batches
     regenerated; more than ``max_generator_restarts`` replacements in a row (no batch arriving between them)
-    stop the run with a checkpoint."""
+    stop the run with a checkpoint. A sample whose grader fails is graded incorrect (``tasks/grading.py``);
+    a batch with more than ``max_ungraded_fraction`` of its samples ungraded stops the run with a checkpoint."""
 
     max_generator_restarts: int = Field(3, ge=0)
+    max_ungraded_fraction: float = Field(0.5, ge=0, le=1)
 
 
 class EngineConfig(Strict):

@@ -161,14 +161,34 @@ def write_index(out: Path, sweep: Sweep, records: list[RunRecord], extra: dict[s
     })
 
 
+def check_runs(sweep: Sweep, configs: dict[str, RunConfig], names: list[str]) -> None:
+    """Each run in ``names`` as its run would start it (``runner.build_parts``: the task's parameters and data
+    files, the engine, the prompts against the model's context), before any run starts: a mistake is one
+    UserError naming the run. A model is built once for consecutive runs that share its config."""
+    from scalerl.pipeline.runner import build_parts
+
+    key, bundle = None, None
+    for name in names:
+        cfg = configs[name]
+        if (cfg.model, cfg.base_seed) != key:
+            key, bundle = None, None  # let the previous model go before building the next
+        try:
+            bundle = build_parts(cfg, bundle)[2]
+        except UserError as exc:
+            raise UserError(f"{sweep.source}: run {name!r}: {exc}") from None
+        key = (cfg.model, cfg.base_seed)
+
+
 def _plan_records(sweep: Sweep, out: Path, write: IndexWriter) -> tuple[dict[str, RunConfig], list[RunRecord]]:
-    """Every run's config and record, each run directory checked before anything runs; ``sweep.json`` written."""
+    """Every run's config and record, each run directory and each run still to run checked before anything
+    runs (``check_runs``); ``sweep.json`` written."""
     configs = sweep.configs()
     records = [RunRecord(r.name, str(out / r.name), list(r.overrides)) for r in sweep.runs]
     for rec in records:
         rec.action = plan_action(configs[rec.name], Path(rec.dir))
         if rec.action == "skip":
             rec.status = "done"
+    check_runs(sweep, configs, [rec.name for rec in records if rec.action != "skip"])
     out.mkdir(parents=True, exist_ok=True)
     write(records)
     return configs, records

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from scalerl.pipeline.state import RunState
 from scalerl.progress import RunDisplay
 from scalerl.runcard import write_run_card
 from scalerl.tasks.base import Problem
+from scalerl.tasks.grading import FailureWarnings, check_gradable, failure_metrics
 from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
@@ -118,8 +120,9 @@ def _drive(
     progress = {"trained": False}
     try:
         return _run(cfg, out, resume, show_progress, ranks, progress, stop_rule)
-    except UserError:
-        if fresh and not progress["trained"]:
+    except UserError as exc:
+        # a mistake found before step 1 leaves nothing; a run stopped by a failing part keeps its checkpoint
+        if fresh and not progress["trained"] and not isinstance(exc, RunStopped):
             shutil.rmtree(out, ignore_errors=True)
         raise
 
@@ -136,17 +139,26 @@ def check_context(bundle: Any, encode: Any, task: Any, length: Any, extra: Seque
     check(longest + int(length.max_new_tokens))
 
 
+def build_parts(cfg: RunConfig, bundle: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """The run's task, downstream sets and model bundle (``bundle``: one already built from ``cfg.model``),
+    checked before anything is written: the task's parameters and data files, the engine, and the longest prompt
+    plus the length budget against the model's context. A mistake is a UserError. ``scalerl sweep`` calls it
+    for every run before the first one starts."""
+    task = build_task(cfg.task)
+    downstream = build_downstream(cfg, task)
+    bundle = bundle if bundle is not None else build_model(cfg.model, cfg.base_seed)
+    check_engine(cfg, bundle)  # the generators build it later, maybe in another process
+    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
+                  [p for _, problems in downstream.values() for p in problems])
+    return task, downstream, bundle
+
+
 def _run(
     cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool],
     stop_rule: StopRule | None = None,
 ) -> dict[str, Any]:
     threads, gen_threads, schedule = setup_rank(cfg, ranks.world)
-    task = build_task(cfg.task)
-    downstream = build_downstream(cfg, task)
-    bundle = build_model(cfg.model, cfg.base_seed)
-    check_engine(cfg, bundle)  # the generators build it later, maybe in another process
-    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
-                  [p for _, problems in downstream.values() for p in problems])
+    task, downstream, bundle = build_parts(cfg)
     model, tokenizer = bundle.model, bundle.tokenizer
     ckpt = load_latest_checkpoint(out) if resume else None
     warm_stats: dict[str, Any] = {}
@@ -212,6 +224,7 @@ class RunLoop:
     display: RunDisplay
     progress: dict[str, bool]  # "trained": whether this call trained a step (a failed fresh run is removed)
     carried: dict[str, float] = field(default_factory=dict)  # the checkpoint written after the previous step
+    grader_warnings: FailureWarnings = field(default_factory=FailureWarnings)
     stop_rule: StopRule | None = None  # asked after every evaluation whether to stop before the budget
     stopped: str | None = None  # why the stop rule ended the run (None: it ran to its budget)
 
@@ -268,6 +281,10 @@ class RunLoop:
         t0 = time.perf_counter()
         batch = backend.next_batch(state.step)
         t_batch = time.perf_counter()  # waiting is idle time: on the wall clock the meter charges, not busy time
+        ungraded = list(batch.ungraded.values())  # samples whose grader failed: incorrect, with the reason
+        check_gradable(state.step + 1, batch.n, ungraded, cfg.faults.max_ungraded_fraction)  # before training
+        if (warning := self.grader_warnings.check(state.step + 1, batch.n, ungraded)) is not None:
+            print(warning, file=sys.stderr, flush=True)
         stats = self.ranks.step(trainer, batch)
         _update_curriculum(state.curriculum, batch)
         t_publish = time.perf_counter()
@@ -289,6 +306,7 @@ class RunLoop:
             },
             timing,
             self.backend.faults(),
+            failure_metrics(ungraded),
             self.carried,
         )
         self.carried = {}
