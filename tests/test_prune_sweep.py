@@ -19,7 +19,7 @@ from scalerl.experiments.sweep import DONE, INDEX
 from scalerl.experiments.synthetic_runs import Killed, SyntheticRunFn, capped_steps
 
 BUDGET = 1.6  # device-hours per run: 160 steps at the stub's 0.01 device-hours a step
-SETS = ["steps=160", "eval.every=2", f"max_device_hours={BUDGET}"]
+SETS = ["steps=160", "eval.every=2", f"max_device_hours={BUDGET}", "model.seed=0"]  # one model: checked once a rung
 # two runs 0.02 apart at the top, two far below them; Cmid 0.3 device-hours: rung 1 (0.2) is before it
 CURVES = {"a": CurveParams(0.1, 0.70, 1.5, 0.3), "b": CurveParams(0.1, 0.68, 1.5, 0.3),
           "c": CurveParams(0.1, 0.35, 1.5, 0.3), "d": CurveParams(0.1, 0.30, 1.5, 0.3)}
@@ -104,6 +104,7 @@ def test_a_killed_pruned_sweep_continues_where_it_stopped(tmp_path):
     assert metrics == list(range(len(metrics)))  # continued without a gap or a duplicate
 
 
+@pytest.mark.slow  # two pruned sweeps, 2 worker processes spawned per rung: ~35 s on 2 cores
 def test_pruned_sweep_with_jobs_decides_as_the_sequential_one(tmp_path):
     _, seq = run_pruned(sweep_of(tmp_path), tmp_path / "seq", run_fn=SyntheticRunFn(CURVES), show_progress=False)
     records, par = run_pruned(sweep_of(tmp_path), tmp_path / "par", jobs=2, run_fn=SyntheticRunFn(CURVES),
@@ -134,6 +135,7 @@ def test_a_failed_run_holds_the_rung_until_a_rerun_retries_it(tmp_path):
     assert state.decided == len(RUNGS) and state.runs["d"].state == "pruned"
 
 
+@pytest.mark.slow  # two sweeps and three reports: ~20 s on 2 cores
 def test_report_shows_what_pruning_did_and_what_the_stopped_runs_would_have_reached(tmp_path):
     from scalerl.experiments.report import write_report
     from scalerl.experiments.sweep import run_sequential
