@@ -86,7 +86,7 @@ def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -
     if fit.identified and fit.A_ci is not None:
         lo, hi = fit.A_ci
         return Outlook(float(fit.A), _finite(lo, -math.inf), _finite(hi, ceiling), "A", compute)
-    value = float(np.asarray(fit.predict(budget)).ravel()[0])
+    value = float(np.asarray(fit.forecast(budget)).ravel()[0])  # the centre of the band below
     band = forecast_band(fit, budget, level)
     if band is not None:
         lo, hi = band
