@@ -24,9 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from scalerl.curves import FitError, fit_curve  # noqa: E402
 from scalerl.curves.synthetic import CurveParams, simulate_eval_curve  # noqa: E402
-from scalerl.experiments.pruning import Outlook, decide, fit_outlook  # noqa: E402
+from scalerl.experiments.pruning import RUNGS, Outlook, decide, fit_outlook  # noqa: E402
 
-RUNGS = (1 / 8, 1 / 4, 1 / 2, 1.0)
 BUDGET = 16000.0
 TIE = 0.02  # a winner within this of the true best A is as good (App. A.5)
 

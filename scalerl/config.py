@@ -247,9 +247,11 @@ class RayConfig(Strict):
 class FaultsConfig(Strict):
     """What a run survives (docs/scale-out.md): a generator process that dies is replaced and its lost batches
     regenerated; more than ``max_generator_restarts`` replacements in a row (no batch arriving between them)
-    stop the run with a checkpoint."""
+    stop the run with a checkpoint. A sample whose grader fails is graded incorrect (``tasks/grading.py``);
+    a batch with more than ``max_ungraded_fraction`` of its samples ungraded stops the run with a checkpoint."""
 
     max_generator_restarts: int = Field(3, ge=0)
+    max_ungraded_fraction: float = Field(0.5, ge=0, le=1)
 
 
 class EngineConfig(Strict):
@@ -281,6 +283,8 @@ class RunConfig(Strict):
     seed: int = 0
     steps: int = Field(200, ge=1)
     max_minutes: float | None = Field(None, gt=0)
+    # compute budget on the curves' x-axis (§1.1: GPU-hours): the run stops once compute/device_hours reaches it
+    max_device_hours: float | None = Field(None, gt=0)
     backend: Literal["local", "inline", "ray"] = "local"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N
     devices: int | None = Field(None, ge=1)  # devices the run holds, x wall clock = compute/device_hours; default: its processes

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 
 from scalerl.tasks.base import Problem, Task
+from scalerl.tasks.grading import grade
 
 if TYPE_CHECKING:
     from scalerl.config import RunConfig
@@ -39,7 +40,7 @@ def evaluate(
     prefix: str = "val",
 ) -> dict[str, float]:
     correct = total = 0
-    truncated = 0
+    truncated = ungraded = 0
     group_correct: Counter[tuple[str, str]] = Counter()  # (domain or "", tier or "") -> correct samples
     group_total: Counter[tuple[str, str]] = Counter()
     per_chunk = max(1, chunk // n_samples)
@@ -49,15 +50,18 @@ def evaluate(
         samples = engine.generate(prompts, n=n_samples, length=length, seed=seed + start)
         for p, group in zip(part, samples):
             for s in group:
-                ok = bool(task.grade(p, s.text))
+                verdict = grade(task, p, s.text)  # a grader that fails: this sample incorrect, not the run over
+                ok = verdict.correct
+                ungraded += verdict.failure is not None
                 correct += ok
                 truncated += bool(s.truncated)
                 total += 1
                 key = (str(p.meta.get("domain", "")), str(p.meta.get("tier", "")))
                 group_correct[key] += ok
                 group_total[key] += 1
+    failures = {f"{prefix}/grader_failures": float(ungraded)} if ungraded else {}
     return {**_breakdown(group_correct, group_total, prefix), f"{prefix}/pass_rate": correct / max(total, 1),
-            f"{prefix}/truncation_rate": truncated / max(total, 1), f"{prefix}/n": float(total)}
+            f"{prefix}/truncation_rate": truncated / max(total, 1), f"{prefix}/n": float(total), **failures}
 
 
 def _breakdown(correct: Counter[tuple[str, str]], total: Counter[tuple[str, str]], prefix: str) -> dict[str, float]:

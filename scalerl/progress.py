@@ -90,11 +90,15 @@ class RunDisplay:
         self._refresh(int(record["step"]))
         self._line(record)
 
-    def eval(self, record: dict[str, Any]) -> None:
+    def eval(self, record: dict[str, Any], stop: str | None = None) -> None:
+        """One evaluation: the validation pass rate, the forecast, and (``stop``, with ``--stop-when``) how far
+        the run is from each of its stop conditions."""
         self._val = f"val {record['val/pass_rate']:.3f}"
         forecast = describe_record(record)
         if forecast is not None:
             self._val += f"  forecast {forecast}"
+        if stop:
+            self._val += f"  stop-when: {stop}"
         self._refresh()
         if not self.enabled:
             return

@@ -279,6 +279,17 @@ CASES: dict[str, list[str]] = {
     "report-out-unwritable": ["report", "emptydir", "--out", "/proc/scalerl-r.html"],
     "report-margin-nan": ["report", "emptydir", "--out", "r.html", "--margin", "nan"],
     "report-margin-negative": ["report", "emptydir", "--out", "r.html", "--margin", "-1"],
+    # --- forecast-guided pruning and stopping (issue 28)
+    "sweep-prune-no-compute-budget": [*SWEEP, "--prune"],
+    "sweep-prune-margin-negative": [*SWEEP, "--prune", "--margin", "-0.1"],
+    "sweep-prune-margin-nan": [*SWEEP, "--prune", "--margin", "nan"],
+    "loo-budget-hours-zero": ["loo", "--out", "loo", "--budget-hours", "0", "--prune"],
+    "loo-prune-no-compute-budget": ["loo", "--out", "loo", "--budget-steps", "5", "--prune"],
+    "train-stop-when-unknown": [*TRAIN, "--stop-when", "loss<0.1"],
+    "train-stop-when-wrong-op": [*TRAIN, "--stop-when", "gain>0.005"],
+    "train-stop-when-not-number": [*TRAIN, "--stop-when", "reward>=high"],
+    "train-stop-when-out-of-range": [*TRAIN, "--stop-when", "reach<2"],
+    "train-stop-when-empty": [*TRAIN, "--stop-when", " , "],
 }
 
 

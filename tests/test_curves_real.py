@@ -316,3 +316,28 @@ def test_compare_shows_whether_each_forecast_beats_a_ruler(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # wide enough that rich does not shorten the header
     main(["compare", *paths, "--x", "step", "--y", "value"])
     assert "beats ruler" in " ".join(capsys.readouterr().out.split())
+
+
+def test_too_few_backtest_points_to_choose_take_half_the_gain():
+    """With 2 points scored after the inner cut the backtest cannot choose between holding the level and following
+    the law (trust.MIN_CHOICE): the forecast takes half the law's further gain; with 3 or more it chooses 0 or 1."""
+    from scalerl.curves import trust
+
+    def refit(xf, yf):
+        return lambda c: 0.5 + 0.1 * np.log(np.asarray(c, dtype=float))
+
+    x = np.arange(1.0, 6.0)  # 5 points: the inner fit takes ceil(0.6 * 5) = 3, scores 2
+    y = 0.5 + 0.1 * np.log(x) + np.array([0.004, -0.004, 0.003, -0.002, 0.001])
+    bt = trust.backtest(x, y, refit, bounded=True)
+    assert bt.n_scored == 2 < trust.MIN_CHOICE and bt.weight == trust.COMBINED == 0.5
+    assert set(bt.errors) == {0.0, 0.5, 1.0}
+    assert "half the curve's further gain" in trust.summary(bt, x.size, bt.weight)
+    law = refit(x, y)
+    fc = trust.Forecast(1.0, 5.0, trust.local_level(law, x, y), bt.weight, bt.drift, True)
+    now = float(fc(law, 5.0))  # the level at the window's end; 10 later: level + half the law's gain
+    assert float(fc(law, 10.0)) == pytest.approx(now + 0.5 * 0.1 * np.log(2), abs=1e-9)
+
+    x8 = np.arange(1.0, 9.0)  # 8 points: scores 3, and the law (exactly right here) is followed
+    y8 = 0.5 + 0.1 * np.log(x8) + np.array([0.004, -0.004, 0.003, -0.002, 0.001, -0.001, 0.002, -0.001])
+    bt8 = trust.backtest(x8, y8, refit, bounded=True)
+    assert bt8.n_scored == 3 and bt8.weight == 1.0

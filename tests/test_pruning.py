@@ -94,3 +94,21 @@ def test_optuna_pruner_stops_runs_that_cannot_win_and_keeps_the_best():
     assert pruner.decisions[1].stop and pruner.decisions[1].leader == 0
     with pytest.raises(ValueError, match="maximize"):
         optuna.create_study(direction="minimize", pruner=pruner).optimize(objective, n_trials=1)
+
+
+def test_a_forecast_outlook_is_the_printed_forecast_at_the_centre_of_its_band():
+    """While A is not identified the outlook is the forecast at the budget (FitResult.forecast, the level plus the
+    share of the law's gain the run earned), the same number the band is centred on, not the bare law."""
+    from scalerl.curves import fit_curve
+    from scalerl.experiments.pruning import outlook_of
+
+    C = np.concatenate([[0.0], np.linspace(60.0, 900.0, 12)])  # well before Cmid = 2000: A is not identified
+    y = simulate_eval_curve(CurveParams(0.3, 0.65, 2.0, 2000.0), C, seed=3)
+    y[-4:] -= 0.02  # the window ends below the law: the forecast's level follows the data, the law does not
+    fit = fit_curve(C, y)
+    out = outlook_of(fit, 4000.0)
+    assert not fit.identified and out is not None and out.basis == "forecast"
+    assert out.value == pytest.approx(float(fit.forecast(4000.0)))
+    assert abs(float(fit.predict(4000.0)) - out.value) > 1e-6  # the bare law is another number here
+    lo, hi = fit.forecast_interval(4000.0, level=0.8)
+    assert out.lo == pytest.approx(float(lo)) and out.hi == pytest.approx(float(hi)) and out.lo <= out.value <= out.hi

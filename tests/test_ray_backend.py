@@ -1,9 +1,14 @@
 """The Ray backend (``scalerl/pipeline/ray_backend.py``): two generator actors on a local Ray run the same
-schedules as the local backend with the same staleness bound (§3.1), batches come from both actors, and an
-actor failure is a RuntimeError in the driver, not a hang."""
+schedules as the local backend with the same staleness bound (§3.1), batches come from both actors, an error
+in an actor's task is a RuntimeError in the driver, not a hang, and an actor that dies is replaced with nothing
+lost (docs/scale-out.md, "what survives what")."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +20,8 @@ from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.batch import Request
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.runlog import read_metrics
-from test_pipeline import micro, train_lines
+from test_faults import _computed
+from test_pipeline import _consumed, micro, train_lines
 
 RUN = ["backend=ray", "ray.generators=2", "steps=6", "schedule.k=2", "checkpoint_every=100", "eval.every=100"]
 
@@ -94,17 +100,72 @@ def test_ppo_off_policy_on_two_actors(tmp_path, monkeypatch, ray_session):
 
 
 @pytest.mark.ray
-def test_actor_failure_is_a_runtime_error(ray_session):
+def test_a_task_error_is_a_runtime_error_and_a_dead_actor_is_replaced(ray_session):
     cfg = micro(*RUN, "ray.generators=1")
     problem = next(iter(build_task(cfg.task).train_problems())).id
     backend = make_backend(cfg, SCHEDULES.get("pipeline_rl")(2), build_model(cfg.model, cfg.seed).model.state_dict(), 0)
     try:
-        backend.submit([Request(0, ["no-such-problem"], 1)])  # the actor raises KeyError on it
+        backend.submit([Request(0, ["no-such-problem"], 1)])  # the actor raises KeyError on it: a bug, not a death
         with pytest.raises(RuntimeError, match="(?s)actor 0 failed on batches \\[0\\].*KeyError.*no-such-problem"):
             backend.next_batch(0)
-        ray_session.kill(backend.actors[0])
-        backend.submit([Request(1, [problem], 2)])  # a good request, but its actor is dead
-        with pytest.raises(RuntimeError, match="actor 0 failed on batches \\[1\\].*died"):
-            backend.next_batch(1)
+        assert backend.faults() == {"faults/generator_restarts": 0.0}
+        dead = backend.actors[0]
+        ray_session.kill(dead)
+        backend.submit([Request(1, [problem], 2)])  # a good request to a dead actor: a new one generates it
+        assert backend.next_batch(1).problem_ids == [problem]
+        assert backend.faults() == {"faults/generator_restarts": 1.0} and backend.actors[0] is not dead
     finally:
         backend.close()
+
+
+def _actor_pids() -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and b"ray::GeneratorActor" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                pids.append(int(entry))
+        except OSError:
+            continue
+    return sorted(pids)
+
+
+class ActorKiller(threading.Thread):
+    """SIGKILLs a generator actor's process (a crash, as the kernel's OOM killer would) once the run has
+    trained each of ``at`` steps, never the same process twice."""
+
+    def __init__(self, run_dir: Path, at: list[int]) -> None:
+        super().__init__(daemon=True)
+        self.run_dir, self.at, self.killed, self.stop = run_dir, at, [], threading.Event()
+
+    def run(self) -> None:
+        gone: set[int] = set()
+        for step in self.at:
+            while not self.stop.is_set():
+                consumed = self.run_dir / "consumed.jsonl"
+                trained = len(consumed.read_text().splitlines()) if consumed.exists() else 0
+                alive = [p for p in _actor_pids() if p not in gone]
+                if trained >= step and alive:
+                    os.kill(alive[0], signal.SIGKILL)
+                    gone.add(alive[0])
+                    self.killed.append(step)
+                    break
+                time.sleep(0.02)
+
+
+@pytest.mark.ray
+def test_actors_killed_during_a_run_are_replaced_and_nothing_is_lost(tmp_path, monkeypatch, ray_session):
+    sets = ("schedule.name=ppo_off_policy", "steps=8", "ray.generators=1")  # one actor: every kill is seen
+    runner.train(micro(*RUN, *sets, "backend=inline"), tmp_path / "ref", show_progress=False)
+    killer = ActorKiller(tmp_path / "chaos", [1, 4])
+    killer.start()
+    try:
+        runner.train(micro(*RUN, *sets), tmp_path / "chaos", show_progress=False)
+    finally:
+        killer.stop.set()
+        killer.join(timeout=5)
+    assert killer.killed == [1, 4]
+    lines = train_lines(tmp_path / "chaos")
+    assert [r["step"] for r in lines] == list(range(1, 9)) and lines[-1]["faults/generator_restarts"] == 2
+    # every prompt trained once, as without the kills; under PPO-off-policy the same numbers too
+    assert _consumed(tmp_path / "chaos") == _consumed(tmp_path / "ref")
+    assert _computed(read_metrics(tmp_path / "chaos")) == _computed(read_metrics(tmp_path / "ref"))

@@ -83,6 +83,45 @@ def test_cli_malformed_spec_exits_2_without_output(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+MICRO_SET = "[model.d_model=32, model.n_layers=1, model.n_heads=2, task.n_train=64, task.n_val=8, warmup.steps=0]"
+
+
+@pytest.mark.parametrize("bad, problem", [
+    ("[task.name=math, task.params.source=file, task.params.path=missing.jsonl]", "not found"),  # a data file
+    ("[model.max_seq_len=16]", "exceeds model.max_seq_len 16"),  # a sequence length too small for the prompts
+    ("[task.params.bogus=1]", "bogus"),  # a task parameter
+])
+def test_every_run_is_checked_before_the_first_starts(tmp_path, monkeypatch, capsys, bad, problem):
+    from scalerl.cli import main
+    from scalerl.experiments import sweep as sweep_module
+
+    started = []
+    monkeypatch.setattr(sweep_module, "train_run", lambda *args: started.append(args) or {})
+    monkeypatch.chdir(tmp_path)
+    spec = write_spec(tmp_path, f"set: {MICRO_SET}\nruns: {{good: [], bad: {bad}, after: []}}\n")
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", str(spec), "--out", str(tmp_path / "out"), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: sweep spec") and "run 'bad'" in err and problem in err
+    assert started == [] and not (tmp_path / "out").exists()  # nothing started, nothing written
+
+
+def test_loo_checks_every_variant_before_the_first_starts(tmp_path, monkeypatch, capsys):
+    from scalerl.cli import main
+    from scalerl.experiments import sweep as sweep_module
+
+    started = []
+    monkeypatch.setattr(sweep_module, "train_run", lambda *args: started.append(args) or {})
+    with pytest.raises(SystemExit) as exc:
+        main(["loo", "--out", str(tmp_path / "loo"), "--only", "loo-dapo", "--budget-steps", "2", "--quiet",
+              "--set", "model.d_model=32", "--set", "task.n_train=64", "--set", "model.max_seq_len=16"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith("error: loo --base scalerl: run 'scalerl'") and "model.max_seq_len 16" in err
+    assert started == [] and not (tmp_path / "loo").exists()
+
+
 def _steps(run_dir):
     return [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 

@@ -3,8 +3,14 @@ correct iff every test passes; failures, timeouts and crashes are incorrect."""
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import signal
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,8 +18,10 @@ import pytest
 from scalerl.errors import UserError
 from scalerl.tasks.answers import extract_code
 from scalerl.tasks.code import check_solution, parse_tests
+from scalerl.tasks.grading import grade
 from scalerl.tasks.registry import TASKS
 from scalerl.tasks.sandbox import SandboxLimits
+from tests.test_pipeline import _children
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's OS layer is Linux-only")
 
@@ -224,3 +232,50 @@ def test_the_solution_never_holds_the_tests_or_a_token():
     result = check_solution(code, script(["assert probe() == [0, False, 0], probe()  # SECRET_EXPECTED"]), LIMITS)
     assert result.passed, result.reason
     assert not check_solution(code, script(["leave()"]), LIMITS).passed
+
+
+def _kill_the_sandbox_that_started(stop: threading.Event) -> None:
+    """SIGKILL the launcher (this process's child) of the sandbox whose program wrote ``started`` in its
+    working directory: the sandbox dies mid-batch, from outside, as under the kernel's OOM killer."""
+    while not stop.is_set():
+        for marker in glob.glob(os.path.join(tempfile.gettempdir(), "scalerl-sandbox-*", "work", "started")):
+            for pid in _children(os.getpid()):
+                try:
+                    if os.readlink(f"/proc/{pid}/cwd") == os.path.dirname(marker):
+                        os.kill(pid, signal.SIGKILL)
+                        return
+                except OSError:
+                    continue
+        time.sleep(0.02)
+
+
+def test_a_sandbox_killed_mid_batch_fails_that_sample_with_a_reason_and_the_batch_goes_on(task):
+    by_id = problems(task)
+    waits = "open('started', 'w').close()\nimport time\ntime.sleep(60)\n"  # killed long before its wall limit
+    batch = [(by_id["add"], fenced(SOLUTIONS["add"])), (by_id["sum-lines"], fenced(waits)),
+             (by_id["sum-lines"], fenced(SOLUTIONS["sum-lines"]))]
+    stop = threading.Event()
+    killer = threading.Thread(target=_kill_the_sandbox_that_started, args=(stop,), daemon=True)
+    killer.start()
+    try:
+        grades = [grade(task, p, text) for p, text in batch]
+    finally:
+        stop.set()
+        killer.join(timeout=5)
+    assert [g.correct for g in grades] == [True, False, True]
+    assert grades[0].failure is None and grades[2].failure is None
+    assert grades[1].failure is not None and grades[1].failure.startswith("crash: sandbox launcher killed by signal SIGKILL")
+
+
+def test_the_program_failing_is_a_verdict_not_a_grader_failure(task):
+    by_id = problems(task)
+    for code in ("raise SystemExit(3)\n", "x = 'a' * (10 ** 10)\n"):  # its exit, its memory limit
+        g = grade(task, by_id["sum-lines"], fenced(code))
+        assert (g.correct, g.failure) == (False, None), code
+
+
+def test_a_missing_interpreter_is_a_failed_sample_never_a_pass(task, monkeypatch):
+    by_id = problems(task)
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python3")
+    g = grade(task, by_id["add"], fenced(SOLUTIONS["add"]))
+    assert (g.correct, g.failure) == (False, "no_interpreter: the sandbox's interpreter /nonexistent/python3 is missing")

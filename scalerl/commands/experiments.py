@@ -11,6 +11,9 @@ from scalerl.errors import check_number, check_writable_dir, check_writable_file
 
 SET_HELP = "Override a field in every run: --set steps=20 (repeatable; applied last)."
 JOBS_HELP = "Runs at a time on this machine, each in its own process with cores/jobs torch threads (default 1)."
+PRUNE_HELP = ("Run in rungs of compute (1/8, 1/4, 1/2, 1 of each run's max_device_hours) and stop a run once its "
+              "forecast cannot come within --margin of the best (docs/experiments.md).")
+MARGIN_HELP = "With --prune: how far below the leader's lower end a run's outlook must lie to stop it (the paper: 0.02)."
 
 
 def _print_records(records: list, out: Path) -> None:
@@ -28,6 +31,20 @@ def _print_records(records: list, out: Path) -> None:
         status = rec.status if rec.error is None else f"{rec.status}: {rec.error}"
         add_row(table, rec.name, status, rec.action, num("A", ".3f"), num("B", ".2f"), num("Cmid", ".3g"))
     Console().print(table)
+
+
+def _run(plan, out: Path, jobs: int, quiet: bool, prune: bool, margin: float) -> list:
+    """The sweep's runs, pruned (``--prune``: in rungs of compute, what pruning did printed) or not."""
+    from scalerl.experiments.sweep import run_parallel
+
+    if not prune:
+        return run_parallel(plan, out, jobs, show_progress=not quiet)
+    from scalerl.experiments.prune_sweep import describe, run_pruned
+
+    records, state = run_pruned(plan, out, jobs, margin=margin, show_progress=not quiet)
+    for line in describe(state):
+        typer.echo(line)
+    return records
 
 
 def _finish(records: list, out: Path, report: Optional[Path], quiet: bool) -> None:
@@ -54,18 +71,20 @@ def register(app: typer.Typer) -> None:
         report: Optional[Path] = typer.Option(None, "--report", help="Also write the HTML report here at the end."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
         jobs: int = typer.Option(1, "--jobs", help=JOBS_HELP),
+        prune: bool = typer.Option(False, "--prune", help=PRUNE_HELP),
+        margin: float = typer.Option(0.02, "--margin", help=MARGIN_HELP),
     ) -> None:
         """Run every run of a spec (one after another, or --jobs at a time); finished runs are skipped,
         interrupted ones resumed."""
         from scalerl.experiments.spec import load_sweep
-        from scalerl.experiments.sweep import run_parallel
 
         check_number("--jobs", jobs, low=1)
+        check_number("--margin", margin, low=0)
         check_writable_dir(out, "--out")
         if report is not None:
             check_writable_file(report, "--report")
         plan = load_sweep(spec, set_)
-        _finish(run_parallel(plan, out, jobs, show_progress=not quiet), out, report, quiet)
+        _finish(_run(plan, out, jobs, quiet, prune, margin), out, report, quiet)
 
     @app.command()
     def loo(
@@ -73,22 +92,26 @@ def register(app: typer.Typer) -> None:
         base: str = typer.Option("scalerl", "--base", help="Preset whose components are left out one at a time."),
         budget_steps: Optional[int] = typer.Option(None, "--budget-steps", help="Training steps per run."),
         minutes: Optional[float] = typer.Option(None, "--minutes", help="Wall-clock minutes per run."),
+        budget_hours: Optional[float] = typer.Option(
+            None, "--budget-hours", help="Compute per run in device-hours (the curves' x-axis); needed by --prune."),
         only: List[str] = typer.Option([], "--only", help="Run only these variants (repeatable), e.g. --only loo-dapo."),
         set_: List[str] = typer.Option([], "--set", help=SET_HELP),
         report: Optional[Path] = typer.Option(None, "--report", help="Report file (default OUT/report.html)."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
         jobs: int = typer.Option(1, "--jobs", help=JOBS_HELP),
+        prune: bool = typer.Option(False, "--prune", help=PRUNE_HELP),
+        margin: float = typer.Option(0.02, "--margin", help=MARGIN_HELP),
     ) -> None:
         """Leave-one-out ablations (§5.5): the base and each variant on one budget, fit on the first half of
         each run's compute, checked on the second half, ranked by the paper's rules in an HTML report."""
         from scalerl.experiments.loo import loo_sweep
-        from scalerl.experiments.sweep import run_parallel
 
         check_number("--jobs", jobs, low=1)
+        check_number("--margin", margin, low=0)
         check_writable_dir(out, "--out")
         check_writable_file(report or out / "report.html", "--report")
-        plan = loo_sweep(base, set_, budget_steps, minutes, only)
-        _finish(run_parallel(plan, out, jobs, show_progress=not quiet), out, report or out / "report.html", quiet)
+        plan = loo_sweep(base, set_, budget_steps, minutes, only, budget_hours)
+        _finish(_run(plan, out, jobs, quiet, prune, margin), out, report or out / "report.html", quiet)
 
     @app.command("report")
     def report_cmd(
@@ -96,11 +119,14 @@ def register(app: typer.Typer) -> None:
         out: Path = typer.Option(..., "--out", help="HTML file to write (self-contained, works offline)."),
         margin: float = typer.Option(0.02, "--margin", help="Asymptotes closer than this tie (the paper: 0.02)."),
         quiet: bool = typer.Option(False, "--quiet", help="No summary on the terminal."),
+        unpruned: Optional[Path] = typer.Option(
+            None, "--unpruned", help="For a pruned sweep: the unpruned sweep of the same spec, to show what each "
+            "stopped run would have reached and the compute it got there."),
     ) -> None:
         """One offline HTML file: fits and extrapolations, held-out check, ranking, slopes, diagnostics."""
         from scalerl.experiments.report import write_report
 
         check_number("--margin", margin, low=0)
         check_writable_file(out, "--out")
-        write_report(run_dir, out, margin=margin, quiet=quiet)
+        write_report(run_dir, out, margin=margin, quiet=quiet, unpruned=unpruned)
         typer.echo(f"wrote {out}")

@@ -153,6 +153,8 @@ def print_summary(out: Path, summary: dict) -> None:
     console = make_console()
     fit = summary.get("fit")
     console.print(f"run directory: {out}")
+    if summary.get("stopped"):
+        console.print(f"stopped before the budget (--stop-when): {summary['stopped']}; --resume continues it")
     if fit is None:
         console.print(f"no forecast: {summary.get('points', 0)} evaluation points are too few to fit the curve")
         console.print(f"wrote the run card {out / 'README.md'}")
@@ -198,12 +200,21 @@ def register(app: typer.Typer) -> None:
             None, "--address", help="Ray cluster to join with --backend ray: 'auto' or host:port (default: a local Ray)."
         ),
         resume: bool = typer.Option(False, "--resume", help="Continue the run in --out from its latest checkpoint."),
+        stop_when: List[str] = typer.Option(
+            [], "--stop-when", help="Stop before the budget when a condition holds after an evaluation: 'gain<0.005' "
+            "(the forecast says the rest buys less), 'reward>=0.8' (target reached), 'reach<0.8' (target out of "
+            "the forecast interval's reach); several: 'gain<0.005,reward>=0.8' (docs/experiments.md)."),
         quiet: bool = typer.Option(False, "--quiet", help="No progress display."),
     ) -> None:
         """Train with the ScaleRL recipe (or any preset / ablation) and forecast where the run will end."""
         if followed():
             return
         sets = [*set_, *backend_overrides(backend, address)]
+        rule = None
+        if stop_when:
+            from scalerl.experiments.stopping import StopWhen, parse
+
+            rule = StopWhen(tuple(parse(stop_when)))
         check_writable_dir(out, "--out")
         if resume:
             refused = [flag for flag, given in (("--preset", preset), ("--config", config)) if given is not None]
@@ -217,7 +228,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--address joins a Ray cluster, but the backend is {cfg.backend!r}; add --backend ray")
         from scalerl.pipeline.runner import train as run_train
 
-        summary = run_train(cfg, out, resume=resume, show_progress=not quiet)
+        summary = run_train(cfg, out, resume=resume, show_progress=not quiet, stop_rule=rule)
         print_summary(out, summary)
 
     @app.command()

@@ -15,7 +15,10 @@ the fit window, and says how well that prediction did on the run's own past.
   inner backtest on the window itself (time-series cross-validation): the law refitted on the window's first
   :data:`FIT_FRACTION` of points, scored on the rest, against the same level held flat. The weight with the
   smallest error wins, and the law is followed only if it also beat carrying the last value forward there: a
-  law that did not beat a ruler on the run's own past is not followed into the future.
+  law that did not beat a ruler on the run's own past is not followed into the future. With fewer than
+  :data:`MIN_CHOICE` points after the inner cut the backtest cannot tell the two apart (two noisy points decide
+  nothing), and the forecast takes half the law's further gain (``w = 0.5``): the equal-weight combination of the
+  two, the choice that is never the worse of them by more than half their difference.
 * **Interval.** A held-out evaluation differs from the forecast by white evaluation noise, the filter's error on
   the current drift, the drift's spread as it decorrelates over the evaluations ahead (all from the noise model),
   and an error that grows linearly with the horizon beyond that (measured by the same inner backtest, per
@@ -41,6 +44,8 @@ from scalerl.curves.sigmoid import Array
 FIT_FRACTION = 0.6  # the inner backtest fits the window's first 60 % of points and scores the rest
 MIN_SCORED = 2  # ... and needs at least this many points after its cut
 WEIGHTS = (0.0, 1.0)  # the forecast follows the law's further gain, or holds the level
+COMBINED = 0.5  # ... or, when the inner backtest scored too few points to choose, half of each
+MIN_CHOICE = 3  # points the inner backtest must score before it chooses between holding and following
 FILTER_MEMORY = 500  # the Kalman filter runs over at most the last this many residuals (a 10⁶-row run stays fast)
 CALIBRATION = 1.15  # widening of the normal band: pooled over the corpus's three cuts, 80 % bands then cover ~78 % (RESULTS.md)
 
@@ -159,8 +164,10 @@ class Backtest:
         (the law's gain is dropped only when holding the level beat it by more than the backtest's own noise); and 0
         when even that forecast did no better than carrying the last value forward: a curve that did not beat a
         ruler on the run's own past is not followed into its future (the trust line then says "holding the
-        current level")."""
-        best = min(self.errors, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
+        current level"). :data:`COMBINED` when fewer than :data:`MIN_CHOICE` points were scored."""
+        if self.n_scored < MIN_CHOICE:
+            return COMBINED
+        best = min(WEIGHTS, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
         return best if self.errors[best] < self.carry_forward_err else 0.0
 
 
@@ -182,7 +189,7 @@ def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: 
     gain = law(xh) - law(xf[-1:])
     base, var = now.ahead(xh, float(xf[-1]))
     errors, resid = {}, {}
-    for w in WEIGHTS:
+    for w in (*WEIGHTS, COMBINED):
         pred = now.law_end + base + w * gain
         pred = np.clip(pred, 0.0, 1.0) if bounded else pred
         resid[w] = yh - pred
@@ -199,7 +206,7 @@ def summary(bt: Backtest | None, n: int, weight: float) -> str:
     if bt is None:
         return f"too few points ({n}) in the fit window to backtest this run's own history: no track record"
     pct = round(100 * bt.n_fit / (bt.n_fit + bt.n_scored))
-    what = "holding the current level" if weight == 0 else "the curve"
+    what = {0.0: "holding the current level", COMBINED: "half the curve's further gain"}.get(weight, "the curve")
     err = bt.errors[weight]
     verdict = "better than" if err < bt.carry_forward_err else "no better than"
     return (f"fitted on its first {pct}%, {what} predicted the next {100 - pct}% within {err:.3f}; "

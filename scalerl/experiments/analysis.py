@@ -136,6 +136,7 @@ class Analysis:
     y: str = curves.DEFAULT_Y
     ci_level: float = 0.95
     fit_from: float = 0.0  # the early-point cutoff shared by every run's fit (scalerl/experiments/cutoff.py)
+    pruning: dict[str, Any] | None = None  # what --prune did (sweep.json's "pruning"), None for an unpruned sweep
 
 
 def _index(root: Path) -> dict:
@@ -270,7 +271,8 @@ def analyse(root: str | Path, margin: float = 0.02) -> Analysis:
     root = Path(root)
     dirs = run_dirs(root)
     index = _index(root)
-    a = Analysis(root=root, title=root.resolve().name, description=str(index.get("description", "")), margin=margin)
+    a = Analysis(root=root, title=root.resolve().name, description=str(index.get("description", "")), margin=margin,
+                 pruning=index.get("pruning") if isinstance(index.get("pruning"), dict) else None)
     xs = []
     for d in dirs:
         try:

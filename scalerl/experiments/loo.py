@@ -8,24 +8,32 @@ The paper's reading: all LOO variants reach a similar A (within ±0.02) and diff
 
 from __future__ import annotations
 
+import math
+
 from scalerl.errors import UserError
 from scalerl.experiments.spec import Sweep, make_sweep
-from scalerl.presets import loo_variants
+from scalerl.presets import format_value, loo_variants
 
-# a step cap for a wall-clock budget: the time limit, not the steps, ends each run
+# a step cap for a wall-clock or compute budget: the time or compute limit, not the steps, ends each run
 MINUTES_STEP_CAP = 1_000_000
 
 
-def budget_overrides(budget_steps: int | None = None, minutes: float | None = None) -> list[str]:
-    """``--set`` items for a common budget: a number of steps, or minutes of wall clock per run (or both:
-    whichever ends first). Neither keeps the preset's ``steps``."""
+def budget_overrides(budget_steps: int | None = None, minutes: float | None = None,
+                     hours: float | None = None) -> list[str]:
+    """``--set`` items for a common budget: a number of steps, minutes of wall clock, or device-hours of compute
+    (the curves' x-axis, what ``--prune`` needs) per run, or several: whichever ends first. None of them keeps the
+    preset's ``steps``."""
     if budget_steps is not None and budget_steps < 1:
         raise UserError(f"--budget-steps must be at least 1, got {budget_steps}")
     if minutes is not None and not minutes > 0:
         raise UserError(f"--minutes must be positive, got {minutes}")
-    items = []
-    if minutes is not None:
-        items += [f"max_minutes={minutes}", f"steps={budget_steps or MINUTES_STEP_CAP}"]
+    if hours is not None and not (hours > 0 and math.isfinite(hours)):
+        raise UserError(f"--budget-hours must be a positive number of device-hours, got {hours}")
+    items = [f"max_minutes={minutes}"] if minutes is not None else []
+    if hours is not None:
+        items.append(f"max_device_hours={format_value(float(hours))}")
+    if items:
+        items.append(f"steps={budget_steps or MINUTES_STEP_CAP}")
     elif budget_steps is not None:
         items.append(f"steps={budget_steps}")
     return items
@@ -33,7 +41,7 @@ def budget_overrides(budget_steps: int | None = None, minutes: float | None = No
 
 def loo_sweep(
     base: str = "scalerl", overrides: list[str] | tuple[str, ...] = (), budget_steps: int | None = None,
-    minutes: float | None = None, only: list[str] | tuple[str, ...] = (),
+    minutes: float | None = None, only: list[str] | tuple[str, ...] = (), hours: float | None = None,
 ) -> Sweep:
     """The base preset and each of its LOO variants (or just those in ``only``) as one sweep; ``overrides``
     (e.g. a smaller model) apply to every run, after the variant's own."""
@@ -44,6 +52,6 @@ def loo_sweep(
     runs: dict[str, list[str]] = {base: []}
     runs.update({name: list(items) for name, items in variants.items() if not only or name in only})
     return make_sweep(
-        runs, base=base, extra=[*budget_overrides(budget_steps, minutes), *overrides],
+        runs, base=base, extra=[*budget_overrides(budget_steps, minutes, hours), *overrides],
         source=f"loo --base {base}", description=f"Leave-one-out ablations of {base} (§5.5)",
     )

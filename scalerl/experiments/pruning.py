@@ -1,8 +1,8 @@
 """Forecast-guided pruning: stop a run once its fitted curve says it cannot win (paper §1, the third principle:
 "scalable methods can be identified early by estimating scaling parameters from initial training dynamics").
 
-The rule, stated once and used by ``scalerl sweep --prune``, ``scalerl loo --prune`` and the Optuna pruner
-(:mod:`scalerl.integrations.optuna`):
+The rule, stated once and used by ``scalerl sweep --prune``, ``scalerl loo --prune``
+(:mod:`scalerl.experiments.prune_sweep`) and the Optuna pruner (:mod:`scalerl.integrations.optuna`):
 
     Every live run is fitted (Eq. 1) on the points it has so far. Its *outlook* is an interval on where it can
     end: the interval on A when A is identified, otherwise the forecast at the full per-run budget with its
@@ -10,6 +10,9 @@ The rule, stated once and used by ``scalerl sweep --prune``, ``scalerl loo --pru
     lies more than ``margin`` (the paper's ±0.02 on A, App. A.5) below the leader's lower end. A run without an
     outlook (too few points, an early transient still in progress, or a curve Eq. 1 does not describe) is never
     stopped: pruning acts only on forecasts that can be trusted.
+
+The fit a forecast may be acted on (:func:`trusted_fit`) and the forecast band at a compute (:func:`forecast_band`)
+are also what ``scalerl train --stop-when`` decides on (:mod:`scalerl.experiments.stopping`).
 
 numpy + scipy only (it fits curves; it never imports torch).
 """
@@ -27,6 +30,7 @@ from scalerl.curves import FitError, FitResult, fit_curve
 DEFAULT_MARGIN = 0.02  # App. A.5: differences of A within 0.02 are ties
 DEFAULT_LEVEL = 0.8  # the forecast interval used while A is not identified
 MIN_POINTS = 6  # fewer evaluations than this: no outlook yet
+RUNGS = (1 / 8, 1 / 4, 1 / 2, 1.0)  # shares of the per-run compute budget at which live runs are fitted and decided
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,16 @@ def _finite(v: Any, default: float) -> float:
     return float(v) if v is not None and math.isfinite(float(v)) else default
 
 
+def forecast_band(fit: FitResult, compute: float, level: float = DEFAULT_LEVEL) -> tuple[float, float] | None:
+    """The ``level`` forecast interval (lo, hi) of a single evaluation at ``compute``
+    (``FitResult.forecast_interval``), or None when the fit has no forecast interval."""
+    interval = getattr(fit, "forecast_interval", None)
+    if not callable(interval):
+        return None
+    lo_a, hi_a = interval(np.array([compute], dtype=float), level=level)
+    return float(np.ravel(lo_a)[0]), float(np.ravel(hi_a)[0])
+
+
 def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -> Outlook | None:
     """The outlook of one fitted run at the full ``budget`` (same compute units as the fit), or None when the fit
     cannot be trusted to say where the run ends (see the module docstring)."""
@@ -72,11 +86,10 @@ def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -
     if fit.identified and fit.A_ci is not None:
         lo, hi = fit.A_ci
         return Outlook(float(fit.A), _finite(lo, -math.inf), _finite(hi, ceiling), "A", compute)
-    value = float(np.asarray(fit.predict(budget)).ravel()[0])
-    interval = getattr(fit, "forecast_interval", None)
-    if callable(interval):
-        lo_a, hi_a = interval(np.array([budget], dtype=float), level=level)
-        lo, hi = float(np.ravel(lo_a)[0]), float(np.ravel(hi_a)[0])
+    value = float(np.asarray(fit.forecast(budget)).ravel()[0])  # the centre of the band below
+    band = forecast_band(fit, budget, level)
+    if band is not None:
+        lo, hi = band
     else:  # no forecast interval: the one-sided bound A's interval gives (the run cannot end above its ceiling)
         lo = -math.inf
         hi = _finite(fit.A_ci[1], ceiling) if fit.A_ci else ceiling
@@ -85,16 +98,24 @@ def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -
     return Outlook(value, lo, hi, "forecast", compute)
 
 
-def fit_outlook(x: Sequence[float], y: Sequence[float], budget: float, *, level: float = DEFAULT_LEVEL,
-                bounded: bool = True, min_points: int = MIN_POINTS) -> Outlook | None:
-    """Fit Eq. 1 to one run's points so far and return its outlook (None while no trustworthy one exists)."""
+def trusted_fit(x: Sequence[float], y: Sequence[float], *, bounded: bool = True,
+                min_points: int = MIN_POINTS) -> FitResult | None:
+    """Eq. 1 fitted to one run's points so far, or None while its forecast is not to be acted on: fewer than
+    ``min_points`` evaluations, a failed fit, or a curve the forecast flags as not described by Eq. 1."""
     if len(x) < min_points:
         return None
     try:
         fit = fit_curve(x, y, bounded=bounded)
     except FitError:
         return None
-    return outlook_of(fit, budget, level=level)
+    return fit if fit.reliable else None
+
+
+def fit_outlook(x: Sequence[float], y: Sequence[float], budget: float, *, level: float = DEFAULT_LEVEL,
+                bounded: bool = True, min_points: int = MIN_POINTS) -> Outlook | None:
+    """Fit Eq. 1 to one run's points so far and return its outlook (None while no trustworthy one exists)."""
+    fit = trusted_fit(x, y, bounded=bounded, min_points=min_points)
+    return None if fit is None else outlook_of(fit, budget, level=level)
 
 
 def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGIN) -> dict[str, Decision]:

@@ -12,7 +12,10 @@ What it shows, each piece from the paper:
 * with a task mixture (§5): one curve and fit per domain, side by side (a single-domain run of the same report
   beside its domain), and the downstream sets beside the overall validation curve;
 * training diagnostics over time: truncation rate (§3.8), staleness (§3.1), zero-variance fraction (§3.6),
-  retired prompts (§3.7), entropy (§3.9).
+  retired prompts (§3.7), entropy (§3.9);
+* for a pruned sweep (``--prune``, §1's third principle): the compute each run got against its budget, where and why
+  a run was stopped with the numbers that decided (its outlook, the leader's lower end, the margin), and the
+  sweep's compute against the unpruned budget.
 
 Figures are PNGs embedded as base64, the CSS is inline, nothing is fetched: the file opens offline. A run
 directory that cannot be reported (no metrics, unreadable metrics, too few evaluations) is named in the report
@@ -124,6 +127,43 @@ def _forecast_table(runs: list[RunAnalysis]) -> str:
                    "trust: the run's own history"], rows, text=(0, 5))
 
 
+def _pruning_section(p: dict[str, Any] | None) -> str:
+    """What ``--prune`` did (``sweep.json``'s ``pruning``); '' for an unpruned sweep."""
+    if not p:
+        return ""
+    from scalerl.experiments.prune_sweep import rung_name
+
+    rows = []
+    for name, r in p.get("runs", {}).items():
+        o = r.get("outlook") or {}
+        outlook = (f"{o['value']:.3f} [{o['lo']:.3f}, {o['hi']:.3f}] <span class=meta>{_esc(o['basis'])} @ "
+                   f"{o['compute']:.3g}</span>" if o else "–")
+        where = rung_name(r["stopped_at"]) if r.get("stopped_at") is not None else "–"
+        state = f'<span class="bad">{_esc(r["state"])}</span>' if r["state"] == "pruned" else _esc(r["state"])
+        share = r["compute"] / r["budget"] if r.get("budget") else 0.0
+        ref = (p.get("unpruned") or {}).get(name)
+        against = ([f"{ref['compute']:.3g}", f"{r['compute'] / ref['compute']:.0%}" if ref["compute"] > 0 else "–",
+                    f"{ref['reward']:.3f}"] if ref else ["–"] * 3) if "unpruned" in p else []
+        rows.append(([_esc(name), state, where, f"{r['compute']:.3g}", f"{r['budget']:.3g}", f"{share:.0%}",
+                      outlook, *against, _esc(r.get("leader") or "–"), _num(r.get("leader_lo"), ".3f"),
+                      f"{p['margin']:g}", _esc(r.get("reason", ""))], "tie" if r["state"] == "pruned" else ""))
+    ref_cols = ["unpruned: compute", "share of it", "unpruned: last reward"] if "unpruned" in p else []
+    headers = ["run", "state", "stopped at", "compute got", "budget", "share", "outlook [lo, hi] at decision",
+               *ref_cols, "leader", "leader's lower end", "margin", "why"]
+    table = _table(headers, rows, text=(0, 1, len(headers) - 4, len(headers) - 1))
+    total = (f"The sweep spent <b>{p['spent_device_hours']:.4g}</b> of the <b>{p['unpruned_device_hours']:.4g}</b> "
+             f"device-hours its runs would get unpruned (<b>{p['spent_share']:.0%}</b>); rungs at "
+             f"{', '.join(rung_name(x) for x in p['rungs'])} of each run's budget, {p['decided']} decided.")
+    return f"""<h2>Pruning</h2>
+<p>{total}</p>
+{table}
+<p class="note">At each rung every live run is fitted on its evaluations so far (Eq. 1). Its outlook is the 95%
+interval on A when A is identified, else the forecast at its full budget with the 80% band. A run stops when the
+upper end of its outlook lies more than the margin (App. A.5: 0.02) below the leader's lower end; a run without a
+trustworthy forecast (fewer than 6 evaluations, a failed fit, a curve Eq. 1 does not describe) is never stopped.
+A stopped run's fit and ranking below use only the evaluations it got.</p>"""
+
+
 def _domains_table(runs: list[RunAnalysis]) -> str:
     rows = []
     for r in runs:
@@ -189,6 +229,7 @@ def render(a: Analysis, figures: dict[str, str], extra: str = "") -> str:
 {f'<p class="note">{_esc(a.description)}</p>' if a.description else ''}
 {skipped}
 {extra}
+{_pruning_section(a.pruning)}
 <h2>Compute–reward curves</h2>
 {fig("curves", "measured points, fitted sigmoids and extrapolations of every run")}
 <p class="note">Eq. 1, R(C) = R0 + (A − R0) / (1 + (Cmid/C)^B), fitted to every run; the dashed part extrapolates
@@ -244,14 +285,21 @@ def warn_skipped(a: Analysis) -> None:
 
 def write_report(
     root: str | Path, out: str | Path, margin: float = 0.02, quiet: bool = False,
-    extra: Callable[[Analysis], str] | None = None,
+    extra: Callable[[Analysis], str] | None = None, unpruned: str | Path | None = None,
 ) -> Analysis:
     """Analyse the runs under ``root`` and write the report to ``out`` (atomically). UserError when no run is usable.
-    ``extra`` makes HTML from the analysis to put before the curves."""
+    ``extra`` makes HTML from the analysis to put before the curves. ``unpruned``: for a pruned sweep, the unpruned
+    sweep of the same spec, whose runs show what each pruned run would have reached and the compute it got there."""
     out = Path(out)
     if out.suffix.lower() not in (".html", ".htm"):
         raise UserError(f"--out {out}: the report is an HTML file; give a name ending in .html")
     a = analyse(Path(root), margin=margin)
+    if unpruned is not None:
+        from scalerl.experiments.prune_sweep import against_unpruned
+
+        if a.pruning is None:
+            raise UserError(f"--unpruned: {root} is not a pruned sweep (its sweep.json has no 'pruning')")
+        a.pruning = {**a.pruning, "unpruned": against_unpruned(a.pruning, Path(unpruned))}
     warn_skipped(a)
     if not a.runs:
         reasons = "; ".join(f"{s.name}: {s.reason}" for s in a.skipped)

@@ -13,8 +13,9 @@ Format::
       batch.generations: [4, 8]
 
 Overrides stack as ``base`` <- ``set`` <- the run's own <- ``--set`` on the command line (later wins).
-Every run's config is resolved and validated when the spec is loaded, so a mistake in any run stops the sweep
-before the first run starts.
+Every run's config is resolved and validated when the spec is loaded, and every run still to run is built as its
+run would build it (``sweep.check_runs``: the task's parameters and data files, the engine, the prompts against
+the model's context) before the first one starts, so a mistake in any run stops the sweep before anything runs.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
 """Running a sweep: each planned run in its own directory ``OUT/<name>``, resumable, with an index ``sweep.json``.
 
 A run is *finished* when ``OUT/<name>/sweep_done.json`` exists and records the same budget (``steps``,
-``max_minutes``) as the run's config now. The marker is written atomically after the run function returns, so a
+``max_minutes``, ``max_device_hours``) as the run's config now. The marker is written atomically after the run function returns, so a
 run killed at any point has no marker and is resumed (``--resume``) on the next invocation; a finished run is
 skipped; a finished run whose budget was raised in the spec is resumed to extend it. A run directory holding a
 run whose config differs in more than the runner lets a resumed run change (``RESUMABLE_FIELDS``: budget, backend,
 threads, ...) is a UserError before anything runs.
 
 The loop is :func:`run_sequential`, or :func:`run_parallel` for several runs at a time on one machine (``--jobs``);
-:func:`run_one` carries everything one run needs, so any executor can map it over the plan.
+:func:`run_one` carries everything one run needs, so any executor can map it over the plan. A pruned sweep
+(``--prune``, :mod:`scalerl.experiments.prune_sweep`) runs these loops once per rung of compute.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import traceback
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Callable, Literal, Protocol
 
 from rich.console import Console
 
@@ -33,9 +34,9 @@ from scalerl.experiments.spec import PlannedRun, Sweep
 DONE = "sweep_done.json"
 INDEX = "sweep.json"
 ERROR_LOG = "sweep_error.log"
-BUDGET_FIELDS = ("steps", "max_minutes")  # a run is finished for one budget
+BUDGET_FIELDS = ("steps", "max_minutes", "max_device_hours")  # a run is finished for one budget
 
-Status = Literal["pending", "running", "done", "failed", "interrupted"]
+Status = Literal["pending", "running", "done", "failed", "interrupted", "pruned"]  # pruned: stopped by --prune
 
 
 class RunFn(Protocol):
@@ -66,7 +67,9 @@ class RunRecord:
 
 
 def _budget(cfg: RunConfig) -> dict[str, Any]:
-    return {k: getattr(cfg, k) for k in BUDGET_FIELDS}
+    """The budget a finished-run marker records; ``max_device_hours`` only when set (markers written before it
+    existed stay valid)."""
+    return {k: getattr(cfg, k) for k in BUDGET_FIELDS if k != "max_device_hours" or cfg.max_device_hours is not None}
 
 
 def read_done(run_dir: Path) -> dict[str, Any] | None:
@@ -132,16 +135,21 @@ def _jsonable(obj: Any) -> Any:
 
 
 def sweep_status(records: list[RunRecord]) -> str:
-    """The sweep's state for ``sweep.json``: ``failed`` if any run failed, ``done`` only when every run is."""
+    """The sweep's state for ``sweep.json``: ``failed`` if any run failed, ``done`` only when every run is (a
+    pruned run is done: it was stopped on purpose)."""
     states = {r.status for r in records}
     if "failed" in states:
         return "failed"
     if "interrupted" in states:
         return "interrupted"
-    return "done" if states <= {"done"} else "running"
+    return "done" if states <= {"done", "pruned"} else "running"
 
 
-def write_index(out: Path, sweep: Sweep, records: list[RunRecord]) -> None:
+IndexWriter = Callable[[list[RunRecord]], None]  # writes sweep.json from the records of the runs being run
+
+
+def write_index(out: Path, sweep: Sweep, records: list[RunRecord], extra: dict[str, Any] | None = None) -> None:
+    """``sweep.json``, atomically; ``extra`` adds top-level keys (a pruned sweep's ``pruning``)."""
     write_json(out / INDEX, {
         "status": sweep_status(records),
         "source": sweep.source,
@@ -149,19 +157,40 @@ def write_index(out: Path, sweep: Sweep, records: list[RunRecord]) -> None:
         "base": sweep.base,
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "runs": [asdict(r) for r in records],
+        **(extra or {}),
     })
 
 
-def _plan_records(sweep: Sweep, out: Path) -> tuple[dict[str, RunConfig], list[RunRecord]]:
-    """Every run's config and record, each run directory checked before anything runs; ``sweep.json`` written."""
+def check_runs(sweep: Sweep, configs: dict[str, RunConfig], names: list[str]) -> None:
+    """Each run in ``names`` as its run would start it (``runner.build_parts``: the task's parameters and data
+    files, the engine, the prompts against the model's context), before any run starts: a mistake is one
+    UserError naming the run. A model is built once for consecutive runs that share its config."""
+    from scalerl.pipeline.runner import build_parts
+
+    key, bundle = None, None
+    for name in names:
+        cfg = configs[name]
+        if (cfg.model, cfg.base_seed) != key:
+            key, bundle = None, None  # let the previous model go before building the next
+        try:
+            bundle = build_parts(cfg, bundle)[2]
+        except UserError as exc:
+            raise UserError(f"{sweep.source}: run {name!r}: {exc}") from None
+        key = (cfg.model, cfg.base_seed)
+
+
+def _plan_records(sweep: Sweep, out: Path, write: IndexWriter) -> tuple[dict[str, RunConfig], list[RunRecord]]:
+    """Every run's config and record, each run directory and each run still to run checked before anything
+    runs (``check_runs``); ``sweep.json`` written."""
     configs = sweep.configs()
     records = [RunRecord(r.name, str(out / r.name), list(r.overrides)) for r in sweep.runs]
     for rec in records:
         rec.action = plan_action(configs[rec.name], Path(rec.dir))
         if rec.action == "skip":
             rec.status = "done"
+    check_runs(sweep, configs, [rec.name for rec in records if rec.action != "skip"])
     out.mkdir(parents=True, exist_ok=True)
-    write_index(out, sweep, records)
+    write(records)
     return configs, records
 
 
@@ -172,31 +201,37 @@ def _report(console: Console, i: int, n: int, rec: RunRecord) -> None:
         console.print(f"[green][{i}/{n}] {rec.name}: done ({rec.action}, {rec.seconds:.0f} s)[/green]")
 
 
+def _writer(out: Path, sweep: Sweep, write: IndexWriter | None) -> IndexWriter:
+    return write or (lambda records: write_index(out, sweep, records))
+
+
 def run_sequential(
     sweep: Sweep, out: str | Path, run_fn: RunFn | None = None, show_progress: bool = True,
-    console: Console | None = None,
+    console: Console | None = None, write: IndexWriter | None = None,
 ) -> list[RunRecord]:
-    """Run the sweep's runs one after another into ``out``, keeping ``sweep.json`` current after every change.
-    ``run_fn`` defaults to :func:`train_run` (looked up at call time, so tests can replace it)."""
+    """Run the sweep's runs one after another into ``out``, keeping ``sweep.json`` current after every change
+    (``write``: how, default :func:`write_index`). ``run_fn`` defaults to :func:`train_run` (looked up at call
+    time, so tests can replace it)."""
     out = Path(out)
     run_fn = run_fn or train_run
     console = console or Console(stderr=True, quiet=not show_progress)
-    configs, records = _plan_records(sweep, out)
+    write = _writer(out, sweep, write)
+    configs, records = _plan_records(sweep, out, write)
     n = len(records)
     for i, (run, rec) in enumerate(zip(sweep.runs, records), 1):
         if rec.action == "skip":
             console.print(f"[dim][{i}/{n}] {run.name}: finished, skipped[/dim]")
             continue
         rec.status = "running"
-        write_index(out, sweep, records)
+        write(records)
         console.rule(f"[{i}/{n}] {run.name}")
         try:
             records[i - 1] = rec = run_one(run, configs[run.name], out, run_fn, show_progress)
         except BaseException:
             rec.status = "interrupted"
-            write_index(out, sweep, records)
+            write(records)
             raise
-        write_index(out, sweep, records)
+        write(records)
         _report(console, i, n, rec)
     return records
 
@@ -208,7 +243,7 @@ def threads_per_job(jobs: int) -> int:
 
 def run_parallel(
     sweep: Sweep, out: str | Path, jobs: int, run_fn: RunFn | None = None, show_progress: bool = True,
-    console: Console | None = None,
+    console: Console | None = None, write: IndexWriter | None = None,
 ) -> list[RunRecord]:
     """Like :func:`run_sequential`, ``jobs`` runs at a time, each in its own process (spawned, so a run may start
     its own generator processes). A run whose config leaves ``threads`` unset gets the machine's cores divided
@@ -216,11 +251,12 @@ def run_parallel(
     function or an instance of a module-level class). Ctrl-C stops the pool: the running runs are interrupted
     (resumed next time), pending ones stay pending."""
     if jobs <= 1:
-        return run_sequential(sweep, out, run_fn, show_progress, console)
+        return run_sequential(sweep, out, run_fn, show_progress, console, write)
     out = Path(out)
     run_fn = run_fn or train_run
     console = console or Console(stderr=True, quiet=not show_progress)
-    configs, records = _plan_records(sweep, out)
+    write = _writer(out, sweep, write)
+    configs, records = _plan_records(sweep, out, write)
     n, threads = len(records), threads_per_job(jobs)
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
@@ -234,7 +270,7 @@ def run_parallel(
                 cfg = cfg.model_copy(update={"threads": threads})
             # no progress display in a worker (several would interleave); pending until it finishes
             futures[pool.submit(run_one, run, cfg, out, run_fn, False)] = i
-        write_index(out, sweep, records)
+        write(records)
         console.print(f"{len(futures)} run(s), {jobs} at a time, {threads} thread(s) each")
         try:
             for future in as_completed(futures):
@@ -244,13 +280,13 @@ def run_parallel(
                 except Exception as exc:  # noqa: BLE001 - e.g. a worker killed from outside
                     rec = records[i]
                     rec.status, rec.error = "failed", " ".join(f"{type(exc).__name__}: {exc}".split())
-                write_index(out, sweep, records)
+                write(records)
                 _report(console, i + 1, n, records[i])
         except BaseException:
             for future, i in futures.items():
                 if not future.done() and not future.cancel():
                     records[i].status = "interrupted"  # it had started; a cancelled one never did: pending
-            write_index(out, sweep, records)
+            write(records)
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return records

@@ -3,7 +3,8 @@ pass rate follows Eq. 1 with the paper's evaluation noise (``scalerl.curves.synt
 
 Used to exercise sweeps and reports without training (tests, docs): :class:`SyntheticRunFn` is a drop-in
 run function for :func:`scalerl.experiments.sweep.run_sequential` that honours ``steps``, ``eval.every``,
-``seed`` and resume, and can be told to die part-way through a run to test resumption.
+``seed``, ``max_device_hours`` (stopping as the runner does: at the first step whose compute reaches it, with an
+evaluation there) and resume, and can be told to die part-way through a run to test resumption.
 """
 
 from __future__ import annotations
@@ -29,6 +30,13 @@ class Killed(KeyboardInterrupt):
 def eval_steps(steps: int, every: int) -> list[int]:
     """The steps at which the runner evaluates: 0 (R0), every ``every`` steps, and the last step."""
     return sorted({0, *range(every, steps + 1, every), steps})
+
+
+def capped_steps(steps: int, hours_per_step: float, max_device_hours: float | None) -> int:
+    """The step the runner stops at: ``steps``, or the first step whose compute reaches ``max_device_hours``."""
+    if max_device_hours is None:
+        return steps
+    return min(steps, max(1, math.ceil(max_device_hours / hours_per_step - 1e-9)))
 
 
 def synthetic_record(step: int, params: CurveParams, hours_per_step: float, rng: np.random.Generator) -> dict[str, Any]:
@@ -71,9 +79,14 @@ class SyntheticRunFn:
         evals = set(eval_steps(cfg.steps, cfg.eval.every))
         compute = np.array(sorted(evals)) * self.hours_per_step
         val = dict(zip(sorted(evals), simulate_eval_curve(params, compute, n_prompts=200, seed=cfg.seed)))
+        last = capped_steps(cfg.steps, self.hours_per_step, cfg.max_device_hours)
+        if last not in evals:  # stopped at a compute budget between evaluations: evaluated there, as the runner does
+            evals.add(last)
+            val[last] = float(simulate_eval_curve(params, np.array([last * self.hours_per_step]), n_prompts=200,
+                                                  seed=cfg.seed + last)[0])
         rng = np.random.default_rng(cfg.seed)
         start = max(done, default=-1) + 1
-        for step in range(start, cfg.steps + 1):
+        for step in range(start, last + 1):
             rec = synthetic_record(step, params, self.hours_per_step, rng) if step else {"step": 0, "compute/device_hours": 0.0}
             if step in evals:
                 rec["val/pass_rate"] = float(val[step])

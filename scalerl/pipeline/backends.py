@@ -28,10 +28,9 @@ from typing import Any, Callable
 import torch
 
 from scalerl.config import RunConfig
-from scalerl.errors import RunStopped
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
-from scalerl.pipeline.ready import ReadyBatches, generate_on_schedule
+from scalerl.pipeline.ready import ReadyBatches, Restarts, generate_on_schedule
 from scalerl.pipeline.schedules import Schedule
 from scalerl.registry import Registry
 from scalerl.pipeline.weights import WeightChannel
@@ -132,8 +131,7 @@ class ProcessBackend(ReadyBatches):
         self.threads, self.make_worker = threads, make_worker
         self.submitted: dict[int, dict] = {}  # requests whose batch is not yet trained on (or whose group is not)
         self.next_index = 0  # the batch the trainer takes next; earlier ones are trained on
-        self.restarts = 0  # replacements so far (this process's life): the ``faults/generator_restarts`` metric
-        self.in_a_row = 0  # replacements since a batch last arrived
+        self.restarts = Restarts(cfg.faults.max_generator_restarts)
         self._start()
 
     def _start(self) -> None:
@@ -210,13 +208,7 @@ class ProcessBackend(ReadyBatches):
             for q in (self.requests, self.results):  # a killed writer may have left half a message: new queues
                 q.cancel_join_thread()
                 q.close()
-            if self.in_a_row >= self.cfg.faults.max_generator_restarts:
-                raise RunStopped(
-                    f"the generator process died {self.in_a_row + 1} times in a row (last exit code {code}); "
-                    f"the run stops (faults.max_generator_restarts={self.cfg.faults.max_generator_restarts})"
-                )
-            self.restarts += 1
-            self.in_a_row += 1
+            self.restarts.count("the generator process", f"last exit code {code}")
             lost = self._lost()
             print(f"warning: generator process died (exit code {code}); replacing it and regenerating "
                   f"batches {[r['index'] for r in lost]}", file=sys.stderr, flush=True)
@@ -246,7 +238,7 @@ class ProcessBackend(ReadyBatches):
         """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
         while (payload := self._receive(timeout)) is not None:
             batch = RolloutBatch.from_payload(payload)
-            self.in_a_row = 0
+            self.restarts.arrived()
             if batch.index >= self.next_index and batch.index not in self.ready:  # not a regenerated duplicate
                 self.put_ready(batch)
             timeout = 0.0
@@ -260,7 +252,7 @@ class ProcessBackend(ReadyBatches):
         return self.ready.pop(index)
 
     def faults(self) -> dict[str, float]:
-        return {"faults/generator_restarts": float(self.restarts)}
+        return self.restarts.metrics()
 
     def close(self) -> None:
         if self.proc.is_alive():

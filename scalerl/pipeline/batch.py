@@ -59,6 +59,9 @@ class RolloutBatch:
     gen_seconds: float = 0.0
     texts: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)  # generator-side phase -> seconds (timing/*_s)
+    # row (as generated) -> why its grader reached no verdict ("<kind>: <detail>", ``tasks/grading.py``); the
+    # row is graded incorrect
+    ungraded: dict[int, str] = field(default_factory=dict)
 
     @property
     def n(self) -> int:

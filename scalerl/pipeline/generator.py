@@ -16,6 +16,7 @@ from scalerl.engines.base import WeightSource
 from scalerl.engines.registry import build_engine
 from scalerl.models.registry import prompt_encoder
 from scalerl.pipeline.batch import Request, RolloutBatch, collate
+from scalerl.tasks.grading import grade
 
 
 class GeneratorWorker:
@@ -59,7 +60,9 @@ class GeneratorWorker:
             part = samples[start : start + len(ps)]
             start += len(ps)
             t1 = time.perf_counter()
-            verdicts = [[self.task.grade(p, s.text) for s in group] for p, group in zip(ps, part)]
+            # a grader that fails fails its sample (incorrect, with the reason), never the run
+            grades = [[grade(self.task, p, s.text) for s in group] for p, group in zip(ps, part)]
+            verdicts = [[g.correct for g in gs] for gs in grades]
             t2 = time.perf_counter()
             batch = collate(
                 request,
@@ -72,6 +75,8 @@ class GeneratorWorker:
                 length_control=self.length,
             )
             batch.timings = {"generate": seconds, "grade": t2 - t1, "collate": time.perf_counter() - t2}
+            flat = [g for gs in grades for g in gs]
+            batch.ungraded = {row: g.failure for row, g in enumerate(flat) if g.failure is not None}
             batches.append(batch)
         busy = (time.perf_counter() - t0) / len(requests)  # engine, grading, collation; shared by the k batches
         for b in batches:

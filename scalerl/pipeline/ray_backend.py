@@ -15,12 +15,21 @@ An actor runs two concurrency groups: ``weights`` (one thread) takes new weights
 batch. Requests to one actor run strictly in the order they were sent (a ticket per request), since Ray
 does not promise that order for threaded actors and a later batch may wait for weights that need an earlier
 one. ``actor_of`` records which actor generated each batch.
+
+**An actor that dies is replaced** (Ray's own signal: ``RayActorError`` on one of its results; docs/scale-out.md,
+"what survives what"): a new actor takes its place, built on the weights last published, and every group the
+dead one had not delivered is requested from it again, in order, with its own prompts and seeds, so under
+PPO-off-policy the batches are the ones the dead actor would have made. Each replacement is counted
+(``faults/generator_restarts``) and printed on one line; more than ``faults.max_generator_restarts`` in a row
+(no batch arriving between them) stop the run (``RunStopped``). An exception *inside* an actor's task (a bug,
+a bad request) is not a death: it is a ``RuntimeError`` in the driver, as before.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import sys
 import threading
 from dataclasses import asdict
 from typing import Any, Mapping
@@ -29,7 +38,7 @@ import torch
 
 from scalerl.config import RayConfig, RunConfig
 from scalerl.errors import UserError
-from scalerl.pipeline.ready import ReadyBatches, generate_on_schedule
+from scalerl.pipeline.ready import ReadyBatches, Restarts, generate_on_schedule
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule
@@ -37,7 +46,7 @@ from scalerl.pipeline.weights import WeightChannel
 
 try:
     import ray
-    from ray.exceptions import GetTimeoutError, RayError
+    from ray.exceptions import GetTimeoutError, RayActorError, RayError
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without the extra
     if exc.name != "ray":
         raise
@@ -113,6 +122,8 @@ class RayBackend(ReadyBatches):
         super().__init__()
         self.schedule = schedule
         self.devices = 1 + cfg.ray.generators  # the trainer plus one device per generator
+        self.requests: dict[int, dict] = {}  # batch index -> its request, until the batch arrives
+        self.restarts = Restarts(cfg.faults.max_generator_restarts)
         self.actor_of: dict[int, int] = {}  # batch index -> rank of the actor that generated it
         self._inflight: dict[Any, tuple[int, list[int]]] = {}  # result ref -> (actor rank, batch indices)
         self._tickets = [0] * cfg.ray.generators
@@ -134,13 +145,12 @@ class RayBackend(ReadyBatches):
             )
         # a group waits on this actor for at most the k+1 batches the schedule lets run ahead of the trainer
         actor_cls = ray.remote(concurrency_groups={"weights": 1, "generate": self.schedule.k + 2})(GeneratorActor)
-        weights = ray.put(_cpu(state_dict))
+        self._weights = (ray.put(_cpu(state_dict)), version)  # the last published: what a replacement starts on
         threads = cfg.threads or max(1, int(need))
         cfg_data = cfg.model_dump(mode="json")
-        self.actors = [
-            actor_cls.options(num_cpus=need).remote(cfg_data, self.schedule, weights, version, threads)
-            for _ in range(cfg.ray.generators)
-        ]
+        self._new_actor = lambda: actor_cls.options(num_cpus=need).remote(
+            cfg_data, self.schedule, *self._weights, threads)
+        self.actors = [self._new_actor() for _ in range(cfg.ray.generators)]
         try:
             ray.get([a.ready.remote() for a in self.actors], timeout=START_TIMEOUT_S)
         except GetTimeoutError:
@@ -165,15 +175,39 @@ class RayBackend(ReadyBatches):
     def submit(self, requests: list[Request]) -> None:
         self._collect(timeout=0.0)  # an actor that finished counts as free
         for group in self.schedule.split(requests):
-            rank = self._pick()
-            ref = self.actors[rank].generate.remote(self._tickets[rank], [asdict(r) for r in group])
-            self._tickets[rank] += 1
-            self._inflight[ref] = (rank, [r.index for r in group])
+            items = [asdict(r) for r in group]
+            self.requests.update({item["index"]: item for item in items})
+            self._send(self._pick(), items)
+
+    def _send(self, rank: int, items: list[dict]) -> None:
+        ref = self.actors[rank].generate.remote(self._tickets[rank], items)
+        self._tickets[rank] += 1
+        self._inflight[ref] = (rank, [item["index"] for item in items])
 
     def publish(self, state_dict: Any, version: int) -> None:
         weights = ray.put(_cpu(state_dict))  # stored once, read by every actor
+        self._weights = (weights, version)
         for actor in self.actors:
             actor.set_weights.remote(weights, version)
+
+    def _replace(self, rank: int, lost: list[int], exc: BaseException) -> None:
+        """A new actor in place of dead actor ``rank`` (on the weights last published), asked again for the
+        group ``lost`` and for every other group the dead one had not delivered, in their order."""
+        self.restarts.count(f"Ray generator actor {rank}", type(exc).__name__)
+        orphans = [ref for ref, (r, _) in self._inflight.items() if r == rank]  # they fail with it: ask again
+        groups = sorted([lost, *(self._inflight.pop(ref)[1] for ref in orphans)])
+        try:
+            ray.kill(self.actors[rank], no_restart=True)
+        except RayError:
+            pass  # already gone
+        print(f"warning: Ray generator actor {rank} died ({type(exc).__name__}); replacing it and regenerating "
+              f"batches {[i for g in groups for i in g]}", file=sys.stderr, flush=True)
+        self.actors[rank], self._tickets[rank] = self._new_actor(), 0
+        for indices in groups:
+            self._send(rank, [self.requests[i] for i in indices])
+
+    def faults(self) -> dict[str, float]:
+        return self.restarts.metrics()
 
     def _collect(self, timeout: float) -> None:
         """Take every finished group; wait up to ``timeout`` seconds for the first one."""
@@ -184,15 +218,22 @@ class RayBackend(ReadyBatches):
         if done:
             done, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         for ref in done:
+            if ref not in self._inflight:
+                continue  # a dead actor's result, already asked for again
             rank, indices = self._inflight.pop(ref)
             try:
                 payloads = ray.get(ref)
+            except RayActorError as exc:  # the actor died (killed, crashed, its node lost): replace it
+                self._replace(rank, indices, exc)
+                continue
             except RayError as exc:
                 raise RuntimeError(f"Ray generator actor {rank} failed on batches {indices}: {exc}") from exc
+            self.restarts.arrived()
             for payload in payloads:
                 batch = RolloutBatch.from_payload(payload)
                 self.ready[batch.index] = batch
                 self.actor_of[batch.index] = rank
+                self.requests.pop(batch.index, None)
 
     def next_batch(self, index: int) -> RolloutBatch:
         while index not in self.ready:

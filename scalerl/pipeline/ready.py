@@ -4,7 +4,9 @@ bookkeeping of batches generated but not yet trained on, and one schedule group 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
+from scalerl.errors import RunStopped
 from scalerl.pipeline.batch import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule
@@ -46,6 +48,32 @@ class ReadyBatches:
             self._collect(timeout=1.0)
         return self.ready_batches()
 
+
+
+@dataclass
+class Restarts:
+    """Replacements of dead generators (docs/scale-out.md, "what survives what"): counted for the metric
+    ``faults/generator_restarts`` (this process's life), and more than ``limit``
+    (``faults.max_generator_restarts``) in a row, with no batch arriving between them, stop the run."""
+
+    limit: int
+    total: int = 0
+    in_a_row: int = 0
+
+    def count(self, what: str, how: str) -> None:
+        """One more replacement of ``what``, which died ``how``; ``RunStopped`` (one line) past the limit."""
+        if self.in_a_row >= self.limit:
+            raise RunStopped(f"{what} died {self.in_a_row + 1} times in a row ({how}); the run stops "
+                             f"(faults.max_generator_restarts={self.limit})")
+        self.total += 1
+        self.in_a_row += 1
+
+    def arrived(self) -> None:
+        """A batch arrived: the generators work again."""
+        self.in_a_row = 0
+
+    def metrics(self) -> dict[str, float]:
+        return {"faults/generator_restarts": float(self.total)}
 
 
 def generate_on_schedule(

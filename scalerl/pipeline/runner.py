@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -46,6 +47,7 @@ from scalerl.pipeline.state import RunState
 from scalerl.progress import RunDisplay
 from scalerl.runcard import write_run_card
 from scalerl.tasks.base import Problem
+from scalerl.tasks.grading import FailureWarnings, check_gradable, failure_metrics
 from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
@@ -53,7 +55,25 @@ from scalerl.trainer import Trainer
 
 
 # what a resumed run may change: its budget and where/how it runs, never what it computes
-RESUMABLE_FIELDS = ("steps", "max_minutes", "backend", "ray", "engine", "threads", "tensorboard", "devices", "faults")
+RESUMABLE_FIELDS = ("steps", "max_minutes", "max_device_hours", "backend", "ray", "engine", "threads", "tensorboard",
+                    "devices", "faults")
+
+
+class StopVerdict(Protocol):
+    """What a stop rule says after an evaluation: whether to stop, why, how far the run is from each of its
+    conditions (``text``, for the display) and the numbers behind it (``metrics``, logged with the evaluation)."""
+
+    stop: bool
+    reason: str
+    text: str
+    metrics: dict[str, float]
+
+
+class StopRule(Protocol):
+    """Asked after every evaluation whether the run should stop before its budget (``scalerl train --stop-when``,
+    :mod:`scalerl.experiments.stopping`); it reads the run's config and state (the live forecaster's points)."""
+
+    def __call__(self, cfg: RunConfig, state: RunState) -> StopVerdict: ...
 
 
 def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
@@ -75,28 +95,34 @@ def check_run_dir(cfg: RunConfig, out: Path, resume: bool) -> None:
         raise UserError(f"{out} already holds a run; pass --resume to continue it or choose another --out")
 
 
-def train(cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True) -> dict[str, Any] | None:
-    """One run; returns the final fit summary. Under torchrun rank 0 drives the run with the trainer sharded
-    over every rank, and the other ranks follow it, ignore ``cfg`` (rank 0's is the run's) and return None."""
+def train(
+    cfg: RunConfig, out: str | Path, resume: bool = False, show_progress: bool = True, stop_rule: StopRule | None = None,
+) -> dict[str, Any] | None:
+    """One run; returns the final fit summary (with ``stopped``: the reason, when ``stop_rule`` ended it before its
+    budget). Under torchrun rank 0 drives the run with the trainer sharded over every rank, and the other ranks
+    follow it, ignore ``cfg`` (rank 0's is the run's) and return None."""
     if launched_world() <= 1:
-        return _drive(cfg, Path(out), resume, show_progress, Solo())
+        return _drive(cfg, Path(out), resume, show_progress, Solo(), stop_rule)
     if is_follower():
         follow()
         return None
     with lead() as ranks:
-        return _drive(cfg, Path(out), resume, show_progress, ranks)
+        return _drive(cfg, Path(out), resume, show_progress, ranks, stop_rule)
 
 
-def _drive(cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo) -> dict[str, Any]:
+def _drive(
+    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, stop_rule: StopRule | None = None,
+) -> dict[str, Any]:
     check_run_dir(cfg, out, resume)
     fresh = not out.exists()  # a new run in a directory this call makes: a mistake found before step 1 removes it
     for directory in (out, out / CKPT_DIR):
         remove_stale_temporaries(directory)  # a killed run's half-written checkpoint or metrics rewrite
     progress = {"trained": False}
     try:
-        return _run(cfg, out, resume, show_progress, ranks, progress)
-    except UserError:
-        if fresh and not progress["trained"]:
+        return _run(cfg, out, resume, show_progress, ranks, progress, stop_rule)
+    except UserError as exc:
+        # a mistake found before step 1 leaves nothing; a run stopped by a failing part keeps its checkpoint
+        if fresh and not progress["trained"] and not isinstance(exc, RunStopped):
             shutil.rmtree(out, ignore_errors=True)
         raise
 
@@ -113,16 +139,26 @@ def check_context(bundle: Any, encode: Any, task: Any, length: Any, extra: Seque
     check(longest + int(length.max_new_tokens))
 
 
-def _run(
-    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool]
-) -> dict[str, Any]:
-    threads, gen_threads, schedule = setup_rank(cfg, ranks.world)
+def build_parts(cfg: RunConfig, bundle: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """The run's task, downstream sets and model bundle (``bundle``: one already built from ``cfg.model``),
+    checked before anything is written: the task's parameters and data files, the engine, and the longest prompt
+    plus the length budget against the model's context. A mistake is a UserError. ``scalerl sweep`` calls it
+    for every run before the first one starts."""
     task = build_task(cfg.task)
     downstream = build_downstream(cfg, task)
-    bundle = build_model(cfg.model, cfg.base_seed)
+    bundle = bundle if bundle is not None else build_model(cfg.model, cfg.base_seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
     check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
                   [p for _, problems in downstream.values() for p in problems])
+    return task, downstream, bundle
+
+
+def _run(
+    cfg: RunConfig, out: Path, resume: bool, show_progress: bool, ranks: Solo, progress: dict[str, bool],
+    stop_rule: StopRule | None = None,
+) -> dict[str, Any]:
+    threads, gen_threads, schedule = setup_rank(cfg, ranks.world)
+    task, downstream, bundle = build_parts(cfg)
     model, tokenizer = bundle.model, bundle.tokenizer
     ckpt = load_latest_checkpoint(out) if resume else None
     warm_stats: dict[str, Any] = {}
@@ -156,7 +192,7 @@ def _run(
     backend.submit(state.unready())
 
     loop = RunLoop(cfg, out, ranks, state, schedule, trainer, model, eval_model, evaluation, backend, log,
-                   RunDisplay(cfg, enabled=show_progress), progress)
+                   RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule)
     try:
         with loop.display:
             loop.run(warm_stats, fresh=ckpt is None)
@@ -164,6 +200,8 @@ def _run(
         backend.close()
         log.close()
     summary = state.forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
+    if loop.stopped is not None:
+        summary["stopped"] = loop.stopped
     write_run_card(out)  # README.md: what was done and how it came out (scalerl/runcard.py)
     return summary
 
@@ -187,23 +225,34 @@ class RunLoop:
     display: RunDisplay
     progress: dict[str, bool]  # "trained": whether this call trained a step (a failed fresh run is removed)
     carried: dict[str, float] = field(default_factory=dict)  # the checkpoint written after the previous step
+    grader_warnings: FailureWarnings = field(default_factory=FailureWarnings)
+    stop_rule: StopRule | None = None  # asked after every evaluation whether to stop before the budget
+    stopped: str | None = None  # why the stop rule ended the run (None: it ran to its budget)
+
+    def within_budget(self) -> bool:
+        """Below every budget the config sets: ``steps``, ``max_minutes`` of wall clock, ``max_device_hours`` of
+        compute (the curves' x-axis); and not stopped by the stop rule."""
+        cfg, state = self.cfg, self.state
+        return (state.step < cfg.steps and self.stopped is None
+                and (cfg.max_minutes is None or state.wall() < cfg.max_minutes * 60)
+                and (cfg.max_device_hours is None or state.meter.device_hours < cfg.max_device_hours))
 
     def run(self, warm_stats: dict[str, Any], fresh: bool) -> None:
-        """Steps until ``steps`` or the time budget; evaluates at step 0 (R0, the reward at zero training
-        compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps."""
+        """Steps until a budget ends the run (:meth:`within_budget`); evaluates at step 0 (R0, the reward at zero
+        training compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps
+        and at the end, so that a run stopped at a compute budget resumes from where it stopped."""
         cfg, state = self.cfg, self.state
         # a resumed run that already evaluated at its checkpoint step must not evaluate there again
         last_eval_step = max((int(r["step"]) for r in read_metrics(self.out) if "val/pass_rate" in r), default=-1)
+        last_ckpt_step = state.step  # fresh: nothing trained yet; resumed: its checkpoint's step
         state.start_clock()
-        budget_s = cfg.max_minutes * 60 if cfg.max_minutes else None
         self.display.start(state.step, warm_stats)
         if state.step == 0 and fresh:
             self.evaluate()
             last_eval_step = 0
-        checkpointed = -1 if fresh else state.step  # the step of the latest checkpoint
         state.meter.start()  # compute: every device held x this wall clock, less the pauses below
         try:
-            while state.step < cfg.steps and (budget_s is None or state.wall() < budget_s):
+            while self.within_budget():
                 self.step()
                 if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
                     self.evaluate()
@@ -211,7 +260,7 @@ class RunLoop:
                 if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
                     t_ckpt = time.perf_counter()
                     self.checkpoint()
-                    checkpointed = state.step
+                    last_ckpt_step = state.step
                     self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
         except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
             self.state.save(self.out, self.ranks.trainer_state(self.trainer),
@@ -220,7 +269,7 @@ class RunLoop:
         state.meter.stop()
         if last_eval_step != state.step:
             self.evaluate()
-        if checkpointed != state.step:  # ended by the time cap: the run's last step is checkpointed all the same
+        if last_ckpt_step != state.step:
             self.checkpoint()
 
     def step(self) -> None:
@@ -233,6 +282,10 @@ class RunLoop:
         t0 = time.perf_counter()
         batch = backend.next_batch(state.step)
         t_batch = time.perf_counter()  # waiting is idle time: on the wall clock the meter charges, not busy time
+        ungraded = list(batch.ungraded.values())  # samples whose grader failed: incorrect, with the reason
+        check_gradable(state.step + 1, batch.n, ungraded, cfg.faults.max_ungraded_fraction)  # before training
+        if (warning := self.grader_warnings.check(state.step + 1, batch.n, ungraded)) is not None:
+            print(warning, file=sys.stderr, flush=True)
         stats = self.ranks.step(trainer, batch)
         _update_curriculum(state.curriculum, batch)
         t_publish = time.perf_counter()
@@ -254,6 +307,7 @@ class RunLoop:
             },
             timing,
             self.backend.faults(),
+            failure_metrics(ungraded),
             self.carried,
         )
         self.carried = {}
@@ -275,8 +329,16 @@ class RunLoop:
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
         record.update(self.state.forecaster.update(self.state.meter.device_hours, res["val/pass_rate"], domains))
+        if self.stop_rule is None:
+            self.log.log(record)
+            self.display.eval(record)
+            return
+        verdict = self.stop_rule(self.cfg, self.state)
+        record.update(verdict.metrics)
+        if verdict.stop:
+            self.stopped = verdict.reason
         self.log.log(record)
-        self.display.eval(record)
+        self.display.eval(record, verdict.text)
 
     def checkpoint(self) -> None:
         """Write this step's checkpoint, with the batches already generated for the pending requests. A pause:

@@ -29,4 +29,5 @@ class Task(Protocol):
         """The held-out validation split; never trained on."""
 
     def grade(self, problem: Problem, completion: str) -> bool:
-        """True when ``completion`` (everything the model wrote after the prompt) solves ``problem``."""
+        """True when ``completion`` (everything the model wrote after the prompt) solves ``problem``. Raising
+        means no verdict: the sample is graded incorrect with the reason and counted (``tasks/grading.py``)."""

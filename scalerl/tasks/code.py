@@ -20,6 +20,7 @@ The program is taken from the text after the last ``</think>`` (``scalerl.tasks.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import json
 import os
@@ -35,6 +36,7 @@ from scalerl.tasks.answers import after_thinking, extract_code
 from scalerl.tasks.base import Problem
 from scalerl.tasks.files import StaticTask, field_of, file_problems, format_prompt, record_id, resolve_template
 from scalerl.tasks.files import validate_params
+from scalerl.tasks.grading import GradingFailed
 from scalerl.tasks.registry import TASKS
 from scalerl.tasks.sandbox import SandboxLimits, SandboxResult, check_sandbox_starts, describe_isolation, run_python
 
@@ -133,7 +135,8 @@ def check_solution(code: str, tests: dict[str, Any], limits: SandboxLimits) -> S
 
 def _check_script(code: str, tests: str, limits: SandboxLimits) -> SandboxResult:
     """The solution in one sandbox, the tests in another, joined by two pipes that carry plain data only;
-    the result is the tests' run (passed iff they ran to their end)."""
+    the result is the tests' run (passed iff they ran to their end), or, when it failed because the solution's
+    sandbox itself gave no verdict (``SandboxResult.sandbox_fault``), that sandbox's result."""
     to_solution_r, to_solution_w = os.pipe()
     to_checker_r, to_checker_w = os.pipe()
     with ThreadPoolExecutor(1) as pool:
@@ -143,7 +146,9 @@ def _check_script(code: str, tests: str, limits: SandboxLimits) -> SandboxResult
             verdict = run_python(CHECKER, limits, files={"tests.py": tests, "_wire.py": WIRE},
                                  pass_fds=(to_checker_r, to_solution_w))
         finally:
-            solution.result()
+            served = solution.result()
+    if not verdict.passed and verdict.sandbox_fault is None and served.sandbox_fault is not None:
+        return served  # a failure of the grader's machinery, not of the code: never turned into a pass
     return verdict
 
 
@@ -153,7 +158,11 @@ def _tests_of(answer: str) -> dict[str, Any]:
 
 
 class CodeGrader:
-    """Correct iff the program in the completion passes all the problem's tests in the sandbox."""
+    """Correct iff the program in the completion passes all the problem's tests in the sandbox. The program
+    failing there (its exception, CPU, memory or wall-clock limit) is the verdict: incorrect. The sandbox
+    failing (it cannot start: no interpreter, no process or memory for it; it could not be set up; it was
+    killed from outside) is no verdict: ``GradingFailed`` (``tasks/grading.py``: the sample is incorrect, with
+    the reason, and counted)."""
 
     def __init__(self, limits: SandboxLimits) -> None:
         self.limits = limits
@@ -162,7 +171,18 @@ class CodeGrader:
         code = extract_code(after_thinking(completion))
         if not code.strip():
             return False
-        return check_solution(code, _tests_of(problem.answer), self.limits).passed
+        if not os.access(sys.executable, os.X_OK):  # removed under a running trainer (a venv rebuilt, say)
+            raise GradingFailed("no_interpreter", f"the sandbox's interpreter {sys.executable} is missing")
+        try:
+            result = check_solution(code, _tests_of(problem.answer), self.limits)
+        except FileNotFoundError as exc:  # the interpreter (or bubblewrap) is gone
+            raise GradingFailed("no_interpreter", f"the sandbox cannot start {exc.filename or exc}") from None
+        except OSError as exc:  # no process, memory or descriptor left for a sandbox
+            kind = "memory" if exc.errno == errno.ENOMEM else "crash"
+            raise GradingFailed(kind, f"the sandbox cannot start: {exc}") from None
+        if result.sandbox_fault is not None:
+            raise GradingFailed(result.sandbox_fault, result.reason)
+        return result.passed
 
 
 def _code_problem(template: str, record: dict[str, Any], source: str, index: int) -> Problem:

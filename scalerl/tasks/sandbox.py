@@ -56,6 +56,8 @@ import sys
 UID_BASE = 1_000_000  # sandbox uids are UID_BASE + the launcher's pid: unique among live sandboxes
 MARKER = "__scalerl_sandbox_done__ "
 SETUP_FAILED = 125  # the worker's exit status when the sandbox could not be set up (not the code's fault)
+SETUP_FAILED_REASON = "sandbox setup failed"  # how a result's reason starts then
+LAUNCHER_KILLED = "sandbox launcher killed"  # ... and when the launcher was killed from outside
 CPU_EXIT = 128 + signal.SIGXCPU  # the worker's exit status when its CPU time ran out
 
 # ============================================================================ child side
@@ -428,7 +430,7 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
             os.close(payload_w)
             _start_worker(cfg, uid, libc, payload_r)
         except BaseException as exc:  # noqa: BLE001 - report any setup failure and never fall through
-            os.write(2, f"sandbox setup failed: {type(exc).__name__}: {exc}\n".encode())
+            os.write(2, f"{SETUP_FAILED_REASON}: {type(exc).__name__}: {exc}\n".encode())
         os._exit(SETUP_FAILED)
     os.close(payload_r)
     try:
@@ -507,6 +509,14 @@ class SandboxResult:
     cpu_s: float | None
     isolation: tuple[str, ...]  # the layers that were in force, e.g. ("netns", "pidns", "uid", ...)
     uid: int | None  # the uid the code ran under, when the sandbox switched to its own
+
+    @property
+    def sandbox_fault(self) -> str | None:
+        """Why the sandbox itself gave no verdict on the code: ``"sandbox"`` (it could not be set up) or
+        ``"crash"`` (its launcher was killed from outside); None when the result is the code's own."""
+        if self.reason.startswith(SETUP_FAILED_REASON):
+            return "sandbox"
+        return "crash" if self.reason.startswith(LAUNCHER_KILLED) else None
 
 
 def run_python(
@@ -677,8 +687,10 @@ def _verdict(
     killed = timed_out or (code is not None and (code < 0 or code == CPU_EXIT))
     if timed_out:
         reason = f"wall-clock timeout after {limits.wall:g} s"
-    elif status is None or (code == SETUP_FAILED and _last_line(stderr).startswith("sandbox setup failed")):
-        reason = f"sandbox setup failed (launcher exit status {launcher_rc}): {_last_line(stderr)}"
+    elif status is None and launcher_rc < 0:  # killed from outside (the code cannot reach its launcher)
+        reason = f"{LAUNCHER_KILLED} by signal {_signal_name(-launcher_rc)} before it reported; no verdict"
+    elif status is None or (code == SETUP_FAILED and _last_line(stderr).startswith(SETUP_FAILED_REASON)):
+        reason = f"{SETUP_FAILED_REASON} (launcher exit status {launcher_rc}): {_last_line(stderr)}"
     elif code == 0 and completed:
         reason = "passed"
     elif code == 0:
@@ -686,7 +698,7 @@ def _verdict(
     elif code == CPU_EXIT or code == -signal.SIGXCPU or (code == -signal.SIGKILL and (cpu or 0) >= limits.cpu_seconds):
         reason = f"CPU time limit ({limits.cpu_seconds:g} s) exceeded"
     elif code < 0:
-        reason = f"killed by signal {signal.Signals(-code).name if -code in signal.valid_signals() else -code}"
+        reason = f"killed by signal {_signal_name(-code)}"
     elif "MemoryError" in _last_line(stderr):
         reason = f"memory limit ({limits.memory_mb} MB) exceeded: MemoryError"
     elif code == 1 and _last_line(stderr):
@@ -698,6 +710,10 @@ def _verdict(
         stdout=stdout, stderr=stderr, stdout_truncated=truncated, wall_s=wall, cpu_s=cpu,
         isolation=tuple(status.get("layers", ())) if status else (), uid=status.get("uid") if status else None,
     )
+
+
+def _signal_name(number: int) -> str | int:
+    return signal.Signals(number).name if number in signal.valid_signals() else number
 
 
 def _remove_tree(path: Path) -> None:
