@@ -146,8 +146,8 @@ def main() -> None:
         *[(name, first[key], settled(warm, key), settled(warm, key) - first[key] <= args.fd_slack,
            f"growth <= {args.fd_slack} (fewest of the last 3 samples)")
           for name, key in (("open file descriptors", "fds"), ("shared-memory mappings", "shm_maps"))],
-        ("/dev/shm entries", first["dev_shm"], min(r["dev_shm"] for r in warm[-3:]),
-         min(r["dev_shm"] for r in warm[-3:]) <= first["dev_shm"], "no growth (fewest of the last 3 samples)"),
+        ("/dev/shm entries", first["dev_shm"], settled(warm, "dev_shm"),
+         settled(warm, "dev_shm") <= first["dev_shm"], "no growth (fewest of the last 3 samples)"),
     ]
     print(f"\n{args.steps} steps in {time.time() - t0:.0f} s; {len(rows)} samples, {len(warm)} after the warm-up "
           f"(from step {first['step']})")
