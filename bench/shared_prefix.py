@@ -26,9 +26,10 @@ from scalerl.build import build_task  # noqa: E402
 from scalerl.config import load_config  # noqa: E402
 from scalerl.errors import UserError  # noqa: E402
 from scalerl.models.tiny import TinyLM  # noqa: E402
-from scalerl.pipeline.batch import Request  # noqa: E402
+from scalerl.rollout import Request  # noqa: E402
 from scalerl.pipeline.generator import GeneratorWorker  # noqa: E402
 from scalerl.pipeline.schedules import SCHEDULES  # noqa: E402
+from scalerl.pipeline.prepare import StageConfig, train_step  # noqa: E402
 from scalerl.trainer import Trainer  # noqa: E402
 
 
@@ -56,7 +57,8 @@ def main() -> None:
     gen.load(0, model.state_dict())
     ids = [p.id for p in task.train_problems()][: cfg.batch.prompts]
     batches = [gen.generate([Request(0, ids, seed)])[0] for seed in range(3)]
-    trainer = Trainer(model, cfg.algo, cfg.optim, SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k))
+    trainer = Trainer(model, cfg.algo, cfg.optim)
+    stage = StageConfig.of(cfg.algo, SCHEDULES.get(cfg.schedule.name, "schedule.name")(cfg.schedule.k))
 
     def side(cls: type) -> float:
         model.__class__ = cls
@@ -64,7 +66,7 @@ def main() -> None:
         for i in range(args.reps):
             trainer.version = 0  # every batch stays fresh for the staleness guard
             t0 = time.perf_counter()
-            trainer.step(batches[i % len(batches)])
+            train_step(trainer, batches[i % len(batches)], stage)
             times.append(time.perf_counter() - t0)
         model.__class__ = TinyLM
         return statistics.median(times)

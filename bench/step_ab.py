@@ -1,4 +1,5 @@
-"""Seconds per ``Trainer.step`` (§3.10's update) on one fixed batch, for an A/B of two checkouts.
+"""Seconds per RL step (``train_step``: the preparation stage and ``Trainer.step``) on one fixed batch, for an
+A/B of two checkouts.
 
 The scalerl preset's model after its (cached) warm-up generates one batch of ``batch.prompts`` x
 ``batch.generations`` completions (zero-variance filter off, so every completion is trained on); the step is then
@@ -15,6 +16,7 @@ from scalerl.config import load_config
 from scalerl.build import build_model, build_task
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import SCHEDULES
+from scalerl.pipeline.prepare import StageConfig, train_step
 from scalerl.trainer import Trainer
 from scalerl.models.warmup import warmup
 
@@ -27,7 +29,7 @@ bundle = build_model(cfg.model, cfg.seed)
 warmup(bundle.model, bundle.tokenizer, task, cfg.warmup.resolved(bundle.pretrained), seed=cfg.seed)
 gen = GeneratorWorker(cfg, task)
 gen.load(0, bundle.model.state_dict())
-from scalerl.pipeline.batch import Request
+from scalerl.rollout import Request
 ids = [p.id for p in task.train_problems()][: cfg.batch.prompts]
 torch.manual_seed(0)
 batch = gen.generate([Request(0, ids, 123)])[0]
@@ -36,7 +38,8 @@ state = copy.deepcopy(bundle.model.state_dict())
 times = []
 for r in range(reps):
     bundle.model.load_state_dict(state)
-    tr = Trainer(bundle.model, cfg.algo, cfg.optim, schedule)
-    t0 = time.perf_counter(); tr.step(batch); times.append(time.perf_counter() - t0)
+    tr = Trainer(bundle.model, cfg.algo, cfg.optim)
+    stage = StageConfig.of(cfg.algo, schedule)
+    t0 = time.perf_counter(); train_step(tr, batch, stage); times.append(time.perf_counter() - t0)
 print(f"{sys.argv[0]} tree={__import__('scalerl').__file__} threads={threads} mean_len={batch.completion_lengths.float().mean():.1f} "
       f"step median={statistics.median(times[1:]):.3f}s min={min(times[1:]):.3f} max={max(times[1:]):.3f}")

@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from scalerl.errors import UserError
-from scalerl.pipeline.batch import RolloutBatch
+from scalerl.rollout import RolloutBatch
 
 # ------------------------------------------------------------------------------------------ launch
 

@@ -53,7 +53,7 @@ class _Recorder:
 
 
 def _tiny_batch(index: int, problem_ids: list[str], seconds: float):
-    from scalerl.pipeline.batch import RolloutBatch
+    from scalerl.rollout import RolloutBatch
 
     n = len(problem_ids)
     ones = torch.ones(n, 2, dtype=torch.bool)
@@ -201,7 +201,7 @@ def test_prompt_tokens_count_each_groups_prompt_once():
     cache among the group's samples): two groups with prompts of 3 and 2 tokens, 2 samples each -> 5."""
     import torch
 
-    from scalerl.pipeline.batch import RolloutBatch
+    from scalerl.rollout import RolloutBatch
 
     mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0]], dtype=torch.bool)
     comp = torch.tensor([2, 1, 4, 1])

@@ -14,9 +14,8 @@ import pytest
 import torch
 
 from scalerl.build import build_model
-from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.trainer import Trainer
-from test_fsdp import BASE, CASES, _batches
+from test_fsdp import BASE, CASES, _batches, _step
 from test_pipeline import micro
 
 pytestmark = [
@@ -34,7 +33,7 @@ def _trainer(device: torch.device, split: bool = False) -> Trainer:
     model = build_model(cfg.model, 0).model.to(device)
     if split:
         shard_model(model)
-    return Trainer(model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8), split=DataParallel() if split else None)
+    return Trainer(model, cfg.algo, cfg.optim, split=DataParallel() if split else None)
 
 
 def _assert_same_stats(got: dict, ref: dict, rel: float) -> None:
@@ -47,7 +46,7 @@ def test_trainer_step_on_cuda_is_the_cpu_step():
     cpu, gpu = _trainer(torch.device("cpu")), _trainer(CUDA)
     assert next(gpu.model.parameters()).is_cuda
     for i, batch in enumerate(_batches("prompt")):
-        ref, got = cpu.step(batch), gpu.step(batch)
+        ref, got = _step(cpu, batch), _step(gpu, batch)
         assert "train/skipped" not in ref and ref["grad_norm"] > 0
         # the first step is one forward and backward from the same weights; the second starts from weights that
         # AdamW moved by lr·sign(g) where g is tiny, so a rounding difference may move a few entries the other way
@@ -83,12 +82,12 @@ def test_fsdp2_on_nccl_with_one_rank_is_the_unsharded_step(tmp_path):
         pytest.skip("this torch has no NCCL")
     batch = _batches("prompt")[0]
     ref = _trainer(CUDA)
-    ref_stats = ref.step(batch)
+    ref_stats = _step(ref, batch)
     dist.init_process_group("nccl", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1, device_id=CUDA)
     try:
         sharded = _trainer(CUDA, split=True)
         assert all(type(p).__name__ == "DTensor" for p in sharded.model.parameters())
-        stats = sharded.step(batch)
+        stats = _step(sharded, batch)
         weights = sharded.state_dict()["model"]  # gathered to rank 0, on the CPU
     finally:
         dist.destroy_process_group()

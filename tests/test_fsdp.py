@@ -26,7 +26,8 @@ import torch
 import torch.distributed as dist
 
 from scalerl.build import build_model
-from scalerl.pipeline.batch import RolloutBatch
+from scalerl.rollout import RolloutBatch
+from scalerl.pipeline.prepare import StageConfig, train_step
 from scalerl.pipeline.runner import train
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.runlog import read_metrics
@@ -88,7 +89,13 @@ def _trainer(case: str, split: bool, seed: int = 0) -> Trainer:
     model = build_model(cfg.model, seed).model
     if split:
         shard_model(model)
-    return Trainer(model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8), split=DataParallel() if split else None)
+    return Trainer(model, cfg.algo, cfg.optim, split=DataParallel() if split else None)
+
+
+def _step(trainer: Trainer, batch: RolloutBatch, case: str = "prompt") -> dict[str, float]:
+    """The driver's step under ``case``'s config: the preparation stage on the whole batch, then the trainer."""
+    stage = StageConfig.of(micro(*BASE, *CASES[case]).algo, SCHEDULES.get("pipeline_rl")(8))
+    return train_step(trainer, batch, stage)
 
 
 def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
@@ -98,7 +105,7 @@ def _weights(trainer: Trainer) -> dict[str, torch.Tensor]:
 def _run_case(case: str, split: bool) -> dict:
     """Every step of the case from the same initial weights: stats and weights after each."""
     trainer = _trainer(case, split)
-    steps = [trainer.step(b) for b in _batches(case)]
+    steps = [_step(trainer, b, case) for b in _batches(case)]
     return {"stats": steps, "weights": _weights(trainer)}
 
 
@@ -106,12 +113,12 @@ def _resume(split: bool) -> dict:
     """Step once, take the trainer state, load it into a trainer with other initial weights, step again."""
     first = _trainer("prompt", split)
     b1, b2 = _batches("prompt")
-    first.step(b1)
+    _step(first, b1)
     state = copy.deepcopy(first.state_dict())  # as a checkpoint file holds it
     second = _trainer("prompt", split, seed=1)
     rank0 = not split or dist.get_rank() == 0
     second.load_state_dict(copy.deepcopy(state) if rank0 else {})  # AdamW would adopt (and update) its tensors
-    return {"state": state, "stats": second.step(b2), "weights": _weights(second)}
+    return {"state": state, "stats": _step(second, b2), "weights": _weights(second)}
 
 
 def _rank_main(rank: int, world: int, store: str, out: str) -> None:

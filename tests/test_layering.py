@@ -5,13 +5,14 @@ Layers, lowest first (a module may import its own layer or a lower one, never a 
 
 0. foundation: the package itself, ``errors``, ``atomic``, ``registry``, ``compute``, ``device``
 1. data: ``config``, ``schema`` (the registries' parameter schemas), ``presets``, ``curves/`` (never torch)
-2. ``algo/``: pure functions on tensors
+2. tensors: ``algo/`` (pure functions on tensors) and ``rollout`` (the batch of rollouts every layer above reads)
 3. ``models/``, ``tasks/``
 4. ``engines/``: generation around a model, which owns its construction
-5. run machinery: ``build``, ``pipeline/``, ``trainer``, ``fsdp``, ``evaluate``, ``forecast``, ``runlog``,
-   ``progress``, ``runs``, ``export``, ``runcard`` (the trainer reads the pipeline's batch type, so they share a
-   layer)
-6. front ends: ``experiments/``, ``integrations/``, ``commands/``, ``cli``, ``api``, ``__main__``
+5. training: ``trainer``, ``logprobs`` (its forward), ``update`` (its optimizer step and non-finite guard),
+   ``fsdp`` (its sharding over ranks); a leaf under the driver, which it never imports
+6. run machinery: ``build``, ``pipeline/`` (the driver: generation, batch preparation, the step loop),
+   ``evaluate``, ``forecast``, ``runlog``, ``progress``, ``runs``, ``export``, ``runcard``
+7. front ends: ``experiments/``, ``integrations/``, ``commands/``, ``cli``, ``api``, ``__main__``
 
 Imports are read with ``ast`` from every file, function-level and ``TYPE_CHECKING`` ones included.
 """
@@ -32,12 +33,13 @@ PACKAGE = ROOT / "scalerl"
 LAYERS: list[tuple[str, ...]] = [
     ("scalerl", "scalerl.errors", "scalerl.atomic", "scalerl.registry", "scalerl.compute", "scalerl.device"),
     ("scalerl.config", "scalerl.schema", "scalerl.presets", "scalerl.curves"),
-    ("scalerl.algo",),
+    ("scalerl.algo", "scalerl.rollout"),
     ("scalerl.models", "scalerl.tasks"),
     ("scalerl.engines",),
+    ("scalerl.trainer", "scalerl.logprobs", "scalerl.update", "scalerl.fsdp"),
     (
-        "scalerl.build", "scalerl.pipeline", "scalerl.trainer", "scalerl.fsdp", "scalerl.evaluate",
-        "scalerl.forecast", "scalerl.runlog", "scalerl.progress", "scalerl.runs", "scalerl.export", "scalerl.runcard",
+        "scalerl.build", "scalerl.pipeline", "scalerl.evaluate", "scalerl.forecast", "scalerl.runlog",
+        "scalerl.progress", "scalerl.runs", "scalerl.export", "scalerl.runcard",
     ),
     (
         "scalerl.experiments", "scalerl.integrations", "scalerl.commands", "scalerl.cli", "scalerl.api",

@@ -170,23 +170,31 @@ def test_kill9_then_resume_matches_uninterrupted_run(tmp_path, backend):
 
 def test_nan_loss_skips_the_step(tmp_path):
     from scalerl.build import build_model
-    from scalerl.pipeline.schedules import SCHEDULES
     from scalerl.trainer import Trainer
 
     cfg = micro("algo.zero_variance_filter=false")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim)
     batch = _learnable_batch(gen_logprob=float("nan"))
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
-    stats = trainer.step(batch)
+    stats = _step(trainer, batch)
     assert stats["train/nan_skipped"] == 1.0
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
 
 
+def _step(trainer, batch: "RolloutBatch") -> dict[str, float]:
+    """The driver's step on ``batch``: its preparation stage (no zero-variance filter here), then the trainer."""
+    from scalerl.pipeline.prepare import StageConfig, train_step
+    from scalerl.pipeline.schedules import SCHEDULES
+
+    stage = StageConfig.of(micro("algo.zero_variance_filter=false").algo, SCHEDULES.get("pipeline_rl")(8))
+    return train_step(trainer, batch, stage)
+
+
 def _learnable_batch(gen_logprob: float = -3.0) -> "RolloutBatch":
     """Two groups of two with mixed rewards: every sample has a non-zero advantage."""
-    from scalerl.pipeline.batch import RolloutBatch
+    from scalerl.rollout import RolloutBatch
 
     n, t = 4, 6
     mask = torch.zeros(n, t)
@@ -213,63 +221,61 @@ def test_update_to_nonfinite_weights_is_undone_and_repeats_stop_the_run():
     state as before), logged as skipped, and the fifth such step in a row is a UserError."""
     from scalerl.build import build_model
     from scalerl.errors import UserError
-    from scalerl.pipeline.schedules import SCHEDULES
-    from scalerl.trainer import MAX_NONFINITE, Trainer
+    from scalerl.trainer import Trainer
+    from scalerl.update import MAX_NONFINITE
 
     cfg = micro("algo.zero_variance_filter=false", "optim.lr=1e300", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim)
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
     for _ in range(MAX_NONFINITE - 1):
-        stats = trainer.step(_learnable_batch())
+        stats = _step(trainer, _learnable_batch())
         assert stats["train/nan_skipped"] == 1.0 and math.isfinite(stats["loss"])
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
-    assert all(not s for s in trainer.optimizer.state.values())  # no moment estimates kept from the undone steps
+    assert all(not s for s in trainer.update.optimizer.state.values())  # no moment estimates kept from the undone steps
     with pytest.raises(UserError, match="training diverged"):
-        trainer.step(_learnable_batch())
+        _step(trainer, _learnable_batch())
 
 
 def test_update_leaving_an_inf_weight_is_undone(monkeypatch):
     """The weights are checked after the update itself, whatever made them non-finite."""
     from scalerl.build import build_model
-    from scalerl.pipeline.schedules import SCHEDULES
     from scalerl.trainer import Trainer
 
     cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
-    trainer.step(_learnable_batch())  # one good step: the optimizer has state to restore
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim)
+    _step(trainer, _learnable_batch())  # one good step: the optimizer has state to restore
     before = {k: v.clone() for k, v in bundle.model.state_dict().items()}
-    moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.optimizer.state.items()}
-    step = trainer.optimizer.step
+    moments = {id(p): {k: v.clone() for k, v in st.items()} for p, st in trainer.update.optimizer.state.items()}
+    step = trainer.update.optimizer.step
 
     def overflowing_step(*args, **kwargs):
         step(*args, **kwargs)
         with torch.no_grad():
             next(bundle.model.parameters()).view(-1)[0] = float("inf")
 
-    monkeypatch.setattr(trainer.optimizer, "step", overflowing_step)
-    stats = trainer.step(_learnable_batch())
-    assert stats["train/nan_skipped"] == 1.0 and trainer.nonfinite_streak == 1
+    monkeypatch.setattr(trainer.update.optimizer, "step", overflowing_step)
+    stats = _step(trainer, _learnable_batch())
+    assert stats["train/nan_skipped"] == 1.0 and trainer.update.nonfinite_streak == 1
     for k, v in bundle.model.state_dict().items():
         assert torch.equal(v, before[k]), k
-    for p, st in trainer.optimizer.state.items():
+    for p, st in trainer.update.optimizer.state.items():
         for k, v in st.items():
             assert torch.equal(v, moments[id(p)][k]), k
 
 
 def test_a_sane_step_after_a_skipped_one_resets_the_count():
     from scalerl.build import build_model
-    from scalerl.pipeline.schedules import SCHEDULES
     from scalerl.trainer import Trainer
 
     cfg = micro("algo.zero_variance_filter=false", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
-    trainer.nonfinite_streak = 3
-    stats = trainer.step(_learnable_batch())
-    assert stats["train/nan_skipped"] == 0.0 and trainer.nonfinite_streak == 0
+    trainer = Trainer(bundle.model, cfg.algo, cfg.optim)
+    trainer.update.nonfinite_streak = 3
+    stats = _step(trainer, _learnable_batch())
+    assert stats["train/nan_skipped"] == 0.0 and trainer.update.nonfinite_streak == 0
     assert all(torch.isfinite(p).all() for p in bundle.model.parameters())
 
 

@@ -1,5 +1,5 @@
-"""The batch-preparation stage (``scalerl/pipeline/prepare.py``, issue 14): its steps in order, and the trainer's
-step on a fixed batch giving the loss and gradients of the pipeline written out by hand (staleness guard §3.1,
+"""The batch-preparation stage (``scalerl/pipeline/prepare.py``, issue 14): its steps in order, and the driver's
+step (the stage, then the trainer) on a fixed batch giving the loss and gradients of the pipeline written out by hand (staleness guard §3.1,
 zero-variance filter §3.6, advantages on the kept groups §3.5, loss §3.2, aggregation §3.4) to 1e-6."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from scalerl import algo
 from scalerl.build import build_model
 from scalerl.config import load_config
 from scalerl.models.fp32_head import enable_fp32_head, token_logprobs
-from scalerl.pipeline.batch import RolloutBatch
-from scalerl.pipeline.prepare import ORDER, PREP_STEPS, StageConfig, prepare
+from scalerl.rollout import RolloutBatch
+from scalerl.pipeline.prepare import ORDER, PREP_STEPS, StageConfig, prepare, train_step
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.trainer import Trainer
 from test_trainer_update import ragged_batch
@@ -65,8 +65,8 @@ def test_trainer_step_gives_the_hand_written_loss_and_gradients(preset):
     b = _batch(seed=1)
     model = build_model(cfg.model, 0).model
     reference = copy.deepcopy(model)
-    tr = Trainer(model, cfg.algo, cfg.optim, SCHEDULES.get(cfg.schedule.name)(cfg.schedule.k))
-    stats = tr.step(b)
+    tr = Trainer(model, cfg.algo, cfg.optim)
+    stats = train_step(tr, b, StageConfig.of(cfg.algo, SCHEDULES.get(cfg.schedule.name)(cfg.schedule.k)))
 
     # the same step written out: filter, advantages on the kept groups, loss, aggregation, gradients
     if cfg.algo.fp32_head:
@@ -111,11 +111,16 @@ def test_truncated_samples_are_left_out_of_the_loss_by_default():
     assert old.keep.tolist() == [g >= 2 for g in b.group.tolist()] and old.stats["train/truncated_dropped"] == 0.0
 
 
-def test_truncated_is_a_config_choice_the_trainer_reads():
+def test_truncated_is_a_config_choice_the_stage_reads():
     cfg = load_config("scalerl", None, SETS)
     assert cfg.algo.truncated == "exclude"
-    bundle = build_model(cfg.model, 0)
-    trainer = Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
-    assert trainer.stage.truncated == "exclude"
+    assert StageConfig.of(cfg.algo, SCHEDULES.get("pipeline_rl")(2)).truncated == "exclude"
     cfg = load_config("scalerl", None, [*SETS, "algo.truncated=train"])
-    assert Trainer(bundle.model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2)).stage.truncated == "train"
+    assert StageConfig.of(cfg.algo, SCHEDULES.get("pipeline_rl")(2)).truncated == "train"
+
+
+def test_the_stage_takes_its_staleness_bound_from_the_schedule():
+    """PipelineRL-k bounds staleness by k; PPO-off-policy-k by k - 1 (§3.1)."""
+    cfg = load_config("scalerl", None, SETS)
+    assert StageConfig.of(cfg.algo, SCHEDULES.get("pipeline_rl")(8)).max_staleness == 8
+    assert StageConfig.of(cfg.algo, SCHEDULES.get("ppo_off_policy")(4)).max_staleness == 3

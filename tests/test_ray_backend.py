@@ -17,7 +17,7 @@ from scalerl.build import build_model, build_task
 from scalerl.cli import main
 from scalerl.pipeline import runner
 from scalerl.pipeline.backends import backend_devices, make_backend
-from scalerl.pipeline.batch import Request
+from scalerl.rollout import Request
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.runlog import read_metrics
 from test_faults import _computed

@@ -13,7 +13,7 @@ from scalerl import algo
 from scalerl.compute import ComputeMeter
 from scalerl.config import CurriculumConfig, ForecastConfig
 from scalerl.forecast import Forecaster
-from scalerl.pipeline.batch import RolloutBatch
+from scalerl.rollout import RolloutBatch
 from scalerl.pipeline.schedules import SCHEDULES
 from scalerl.pipeline.state import RunState, batch_seed
 from scalerl.runlog import load_latest_checkpoint

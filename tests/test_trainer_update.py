@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scalerl import trainer as trainer_mod
+from scalerl import algo, logprobs
 from scalerl.build import build_model
 from scalerl.config import load_config
 from scalerl.models.fp32_head import token_logprobs
-from scalerl.pipeline.batch import RolloutBatch
-from scalerl.pipeline.schedules import SCHEDULES
-from scalerl.trainer import Trainer, _token_entropy
+from scalerl.rollout import RolloutBatch
+from scalerl.logprobs import policy_logprobs, token_entropy
+from scalerl.trainer import Trainer
 
 SETS = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.max_seq_len=64", "threads=1",
         "algo.zero_variance_filter=false"]
@@ -55,8 +55,19 @@ def padded_terms(tr: Trainer, b: RolloutBatch, adv: torch.Tensor):
     logits = tr.model(b.input_ids[:, :-1], b.attention_mask[:, :-1])
     logp = token_logprobs(logits, b.input_ids[:, 1:]).float()
     mask = b.loss_mask[:, 1:]
-    return _token_entropy(logits.detach()), logp, tr.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask,
+    return token_entropy(logits.detach()), logp, tr.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask,
                                                                seq_lengths=mask.sum(dim=1))
+
+
+def bucketed_terms(tr: Trainer, b: RolloutBatch, adv: torch.Tensor):
+    """The same terms through the trainer's forward (``scalerl.logprobs``: buckets, shared prefixes)."""
+    logp, entropy = policy_logprobs(tr.model, b, bf16=tr.bf16)
+    mask = b.loss_mask[:, 1:]
+    return entropy, logp, tr.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
+
+
+def advantages(b: RolloutBatch, cfg) -> torch.Tensor:
+    return algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
 
 
 def loss_and_grads(tr: Trainer, terms, b: RolloutBatch, adv: torch.Tensor):
@@ -71,16 +82,15 @@ def loss_and_grads(tr: Trainer, terms, b: RolloutBatch, adv: torch.Tensor):
 
 @pytest.mark.parametrize("preset", ["scalerl", "grpo_deepseek"])
 def test_bucketed_update_matches_the_padded_batch(monkeypatch, preset):
-    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # 5 buckets of 8 rows
+    monkeypatch.setattr(logprobs, "ROWS_PER_BUCKET", 8)  # 5 buckets of 8 rows
     cfg = load_config(preset, None, SETS)
-    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     tr.model.train()
     b = ragged_batch()
-    from scalerl import algo
 
-    adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
+    adv = advantages(b, cfg)
     ref = loss_and_grads(tr, padded_terms, b, adv)
-    new = loss_and_grads(tr, Trainer._terms, b, adv)
+    new = loss_and_grads(tr, bucketed_terms, b, adv)
     torch.testing.assert_close(new[0], ref[0], atol=1e-6, rtol=1e-6)
     for k in ref[1]:
         torch.testing.assert_close(new[1][k], ref[1][k], atol=1e-6, rtol=1e-5, msg=k)
@@ -94,22 +104,21 @@ def test_shared_prefix_update_matches_the_padded_batch(monkeypatch, preset, bf16
     """When a group's samples share their prompt (always, from the engines), the built-in model runs each prompt
     once per group (``TinyLM.forward_prefixed``): the same loss, gradients, log-probs and entropy as the padded
     forward of every whole sequence, and the plain forward is never called."""
-    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # buckets of 2 groups of 4 rows
+    monkeypatch.setattr(logprobs, "ROWS_PER_BUCKET", 8)  # buckets of 2 groups of 4 rows
     cfg = load_config(preset, None, [*SETS, f"optim.bf16_autocast={str(bf16).lower()}"])
-    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     tr.model.train()
     b = ragged_batch(shared=True)
-    from scalerl import algo
 
-    adv = algo.compute_advantages(b.rewards, b.group, cfg.algo.advantages.norm, cfg.algo.advantages.eps)
+    adv = advantages(b, cfg)
     ref = loss_and_grads(tr, padded_terms, b, adv) if not bf16 else None
     calls: list[int] = []
     tr.model.register_forward_hook(lambda m, args, out: calls.append(1))
-    new = loss_and_grads(tr, Trainer._terms, b, adv)
+    new = loss_and_grads(tr, bucketed_terms, b, adv)
     assert not calls  # every bucket took the shared-prefix forward
     if bf16:  # bf16 rounds differently per layout: finite and close to the fp32 reference is what holds
         cfg32 = load_config(preset, None, SETS)
-        tr32 = Trainer(tr.model, cfg32.algo, cfg32.optim, SCHEDULES.get("pipeline_rl")(2))
+        tr32 = Trainer(tr.model, cfg32.algo, cfg32.optim)
         ref = loss_and_grads(tr32, padded_terms, b, adv)
         torch.testing.assert_close(new[3], ref[3], atol=0.1, rtol=0.1)
         return
@@ -124,24 +133,24 @@ def test_groups_that_do_not_share_a_prompt_take_the_plain_forward(monkeypatch):
     """A batch whose group rows differ in their prompts (not what the engines produce) is never merged: the
     update falls back to the plain bucketed forward."""
     cfg = load_config("scalerl", None, SETS)
-    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     b = ragged_batch(shared=False)
     assert any(b.split_prompts(rows) is None for rows in b.group_buckets(8))
     calls: list[int] = []
     tr.model.register_forward_hook(lambda m, args, out: calls.append(1))
-    tr.step(b)
+    tr.step(b, advantages(b, cfg))
     assert calls
 
 
 def test_update_forwards_only_the_buckets_real_width(monkeypatch):
     """The model sees each bucket trimmed to its longest sequence: far fewer token positions than N x T."""
-    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)
+    monkeypatch.setattr(logprobs, "ROWS_PER_BUCKET", 8)
     cfg = load_config("scalerl", None, SETS)
-    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(2))
+    tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     seen: list[int] = []
     tr.model.register_forward_hook(lambda m, args, out: seen.append(args[0].numel()))
     b = ragged_batch()
-    tr.step(b)
+    tr.step(b, advantages(b, cfg))
     n, t = b.input_ids.shape
     lengths = b.attention_mask.sum(1).sort().values
     expected = sum(max(2, int(c.max())) - 1 for c in lengths.split(8) for _ in c)
@@ -154,7 +163,8 @@ def test_collate_pads_right_and_weights_only_sampled_tokens():
     """Hand-worked: two completions of one prompt, one with a forced token, one empty."""
     from scalerl.algo.length_control import LengthControl
     from scalerl.engines.base import Sample
-    from scalerl.pipeline.batch import Request, collate
+    from scalerl.rollout import Request
+    from scalerl.pipeline.batch import collate
     from scalerl.tasks.base import Problem
 
     a = Sample([1, 5], tokens=[7, 8, 9], logprobs=[-0.5, 0.0, -1.5], versions=[3, 3, 4], forced=[False, True, False])

@@ -8,7 +8,7 @@ import torch
 from scalerl.algo.curriculum import NPRSampler
 from scalerl.algo.length_control import LengthPenalty
 from scalerl.config import load_config
-from scalerl.pipeline.batch import RolloutBatch
+from scalerl.rollout import RolloutBatch
 from scalerl.pipeline.runner import _update_curriculum
 
 
@@ -41,14 +41,15 @@ def _batch() -> RolloutBatch:
 
 def test_length_penalised_all_correct_group_is_dropped():
     from scalerl.build import build_model
+    from scalerl.pipeline.prepare import StageConfig, train_step
     from scalerl.pipeline.schedules import SCHEDULES
     from scalerl.trainer import Trainer
 
     cfg = load_config(
         "dapo_qwen", None, ["model.d_model=16", "model.n_layers=1", "model.n_heads=2", "algo.zero_variance_filter=true"]
     )
-    trainer = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim, SCHEDULES.get("pipeline_rl")(8))
-    stats = trainer.step(_batch())
+    trainer = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
+    stats = train_step(trainer, _batch(), StageConfig.of(cfg.algo, SCHEDULES.get("pipeline_rl")(8)))
     assert stats["train/samples_kept"] == 4.0  # only the mixed group
     assert stats["train/zero_var_frac"] == 0.5
 

@@ -28,9 +28,9 @@ from typing import Any, Callable
 import torch
 
 from scalerl.config import RunConfig
-from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.rollout import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
-from scalerl.pipeline.ready import ReadyBatches, Restarts, generate_on_schedule
+from scalerl.pipeline.ready import Backend, ReadyBatches, Restarts, generate_on_schedule
 from scalerl.pipeline.schedules import Schedule
 from scalerl.registry import Registry
 from scalerl.pipeline.weights import WeightChannel
@@ -268,21 +268,21 @@ class BackendEntry:
     """``backend`` in the config: ``make(cfg, schedule, state_dict, version, task, threads)`` builds it holding
     the trainer's weights at ``version``; ``devices(cfg)`` counts the devices it occupies with the trainer."""
 
-    make: Callable[..., Any]
+    make: Callable[..., Backend]
     devices: Callable[[RunConfig], int]
 
 
-def _inline(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Any:
+def _inline(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Backend:
     return InlineBackend(cfg, schedule, WeightChannel(state_dict, version=version), task=task)
 
 
-def _local(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Any:
+def _local(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Backend:
     ctx = torch.multiprocessing.get_context("spawn")
     channel = WeightChannel(state_dict, version=version, ctx=ctx)
     return ProcessBackend(cfg, schedule, channel, ctx, threads=threads)
 
 
-def _ray(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Any:
+def _ray(cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any, threads: int) -> Backend:
     from scalerl.pipeline.ray_backend import RayBackend  # Ray is an optional extra
 
     return RayBackend(cfg, schedule, state_dict, version)
@@ -301,6 +301,6 @@ def backend_devices(cfg: RunConfig) -> int:
 
 def make_backend(
     cfg: RunConfig, schedule: Schedule, state_dict: Any, version: int, task: Any = None, threads: int = 1
-) -> Any:
+) -> Backend:
     """The backend ``cfg.backend`` names, holding the trainer's weights at ``version``."""
     return BACKENDS.get(cfg.backend, "backend").make(cfg, schedule, state_dict, version, task, threads)

@@ -15,7 +15,8 @@ from scalerl.config import RunConfig
 from scalerl.engines.base import WeightSource
 from scalerl.engines.registry import build_engine
 from scalerl.models.registry import prompt_encoder
-from scalerl.pipeline.batch import Request, RolloutBatch, collate
+from scalerl.rollout import Request, RolloutBatch
+from scalerl.pipeline.batch import collate
 from scalerl.tasks.grading import grade
 
 

@@ -14,8 +14,8 @@ Registered steps (``PREP_STEPS``), run in this order by :func:`prepare` on a :cl
 4. ``advantages``: group-mean baseline and the configured normalisation on the kept sequences only (§3.5; the
    batch std is therefore taken after filtering, argued in ``algo/advantages.py``).
 
-The trainer runs the stage on the whole batch (every rank alike) and then takes log-probs → loss → aggregation
-→ optimizer step. Two pieces of per-batch work sit at the stage's ends, where their inputs are: reward shaping
+The driver runs the stage on the whole batch (every rank alike, :func:`train_step`) and hands the trainer the kept
+sequences and their advantages; the trainer takes log-probs → loss → aggregation → optimizer step. Two pieces of per-batch work sit at the stage's ends, where their inputs are: reward shaping
 (§3.8) in ``pipeline.batch.collate``, beside the length control that generated the batch, and
 :func:`update_curriculum` (§3.7) in the driver, which owns the prompt sampler.
 """
@@ -23,13 +23,18 @@ The trainer runs the stage on the whole batch (every rank alike) and then takes 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
 from scalerl import algo
-from scalerl.pipeline.batch import RolloutBatch
+from scalerl.config import AlgoConfig
+from scalerl.pipeline.schedules import Schedule
+from scalerl.rollout import RolloutBatch
 from scalerl.registry import Registry
+
+if TYPE_CHECKING:
+    from scalerl.trainer import Trainer
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,18 @@ class StageConfig:
     advantage_norm: str
     advantage_eps: float
     truncated: str = "exclude"  # algo.truncated: "exclude" (App. A.6, A.15) or "train"
+
+    @classmethod
+    def of(cls, algo_cfg: AlgoConfig, schedule: Schedule) -> "StageConfig":
+        """The stage of a run with algorithm ``algo_cfg`` under ``schedule`` (whose bound is the staleness
+        guard's)."""
+        return cls(
+            max_staleness=schedule.max_staleness(),
+            zero_variance_filter=algo_cfg.zero_variance_filter,
+            advantage_norm=algo_cfg.advantages.norm,
+            advantage_eps=algo_cfg.advantages.eps,
+            truncated=algo_cfg.truncated,
+        )
 
 
 @dataclass
@@ -121,6 +138,13 @@ def prepare(batch: RolloutBatch, version: int, cfg: StageConfig, steps: tuple[st
         "train/tokens_kept": float(batch.attention_mask[p.keep].sum().item()),  # trained tokens (compute.py)
     })
     return p
+
+
+def train_step(trainer: "Trainer", batch: RolloutBatch, stage: StageConfig) -> dict[str, float]:
+    """One RL step on ``batch``: the stage at the trainer's version, then the trainer's step on the sequences it
+    kept with their advantages; the batch's statistics and the step's, in one row."""
+    prepared = prepare(batch, trainer.version, stage)
+    return {**prepared.stats, **trainer.step(batch.select(prepared.keep), prepared.advantages)}
 
 
 def update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:

@@ -32,7 +32,8 @@ from scalerl.build import build_model
 from scalerl.device import resolve_device
 from scalerl.config import RunConfig
 from scalerl.errors import UserError
-from scalerl.pipeline.batch import RolloutBatch
+from scalerl.rollout import RolloutBatch
+from scalerl.pipeline.prepare import StageConfig, train_step
 from scalerl.pipeline.schedules import SCHEDULES, Schedule
 from scalerl.pipeline.state import seed_everything
 from scalerl.trainer import Trainer
@@ -84,16 +85,16 @@ class Solo:
         return resolve_device(cfg.device)
 
     def trainer(
-        self, model: nn.Module, cfg: RunConfig, schedule: Schedule, state: dict[str, Any] | None
+        self, model: nn.Module, cfg: RunConfig, state: dict[str, Any] | None
     ) -> tuple[Trainer, nn.Module]:
         """``(the trainer, the model to evaluate)``, the trainer loaded from ``state`` when resuming."""
-        trainer = Trainer(model, cfg.algo, cfg.optim, schedule)
+        trainer = Trainer(model, cfg.algo, cfg.optim)
         if state is not None:
             trainer.load_state_dict(state)
         return trainer, model
 
-    def step(self, trainer: Trainer, batch: RolloutBatch) -> dict[str, float]:
-        return trainer.step(batch)
+    def step(self, trainer: Trainer, batch: RolloutBatch, stage: StageConfig) -> dict[str, float]:
+        return train_step(trainer, batch, stage)
 
     def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
         """The trainer's weights, to publish to the generators."""
@@ -106,15 +107,13 @@ class Solo:
         return trainer.state_dict()
 
 
-def sharded_trainer(
-    model: nn.Module, cfg: RunConfig, schedule: Schedule, weights: dict, state: dict[str, Any] | None
-) -> Trainer:
+def sharded_trainer(model: nn.Module, cfg: RunConfig, weights: dict, state: dict[str, Any] | None) -> Trainer:
     """Shard ``model`` (FSDP2), give every rank rank 0's ``weights`` (after its warm-up; the others pass
     ``{}``), build the data-parallel ``Trainer`` and load ``state`` when resuming (rank 0's; the others
     ``{}``). A collective: every rank calls it with the same ``cfg``."""
     fsdp.shard_model(model)
     fsdp.load_full_state_dict(model, weights)
-    trainer = Trainer(model, cfg.algo, cfg.optim, schedule, split=fsdp.DataParallel())
+    trainer = Trainer(model, cfg.algo, cfg.optim, split=fsdp.DataParallel())
     if state is not None:
         trainer.load_state_dict(state)
     return trainer
@@ -148,18 +147,18 @@ class Leader(Solo):
         return self.rank_device
 
     def trainer(
-        self, model: nn.Module, cfg: RunConfig, schedule: Schedule, state: dict[str, Any] | None
+        self, model: nn.Module, cfg: RunConfig, state: dict[str, Any] | None
     ) -> tuple[Trainer, nn.Module]:
         """The sharded trainer, and an unsharded copy of the model for evaluation on rank 0."""
         eval_model = copy.deepcopy(model)
         with self.collective("init", {"config": cfg.model_dump(mode="json"), "resume": state is not None}):
-            trainer = sharded_trainer(model, cfg, schedule, eval_model.state_dict(), state)
+            trainer = sharded_trainer(model, cfg, eval_model.state_dict(), state)
         return trainer, eval_model
 
-    def step(self, trainer: Trainer, batch: RolloutBatch) -> dict[str, float]:
+    def step(self, trainer: Trainer, batch: RolloutBatch, stage: StageConfig) -> dict[str, float]:
         with self.collective("step"):
             fsdp.broadcast_batch(batch, self.rank_device)
-            return trainer.step(batch)
+            return train_step(trainer, batch, stage)
 
     def weights(self, model: nn.Module) -> dict[str, torch.Tensor]:
         with self.collective("weights"):
@@ -210,9 +209,10 @@ def follow() -> None:
 def _follow(commands: fsdp.Commands, device: torch.device, cfg: RunConfig, resume: bool) -> None:
     _, _, schedule = setup_rank(cfg, torch.distributed.get_world_size())
     model = build_model(cfg.model, cfg.base_seed).model.to(device)
-    trainer = sharded_trainer(model, cfg, schedule, {}, {} if resume else None)
+    trainer = sharded_trainer(model, cfg, {}, {} if resume else None)
+    stage = StageConfig.of(cfg.algo, schedule)
     actions = {
-        "step": lambda: trainer.step(fsdp.broadcast_batch(None, device)),
+        "step": lambda: train_step(trainer, fsdp.broadcast_batch(None, device), stage),
         "weights": lambda: fsdp.full_state_dict(model),
         "state": trainer.state_dict,
     }

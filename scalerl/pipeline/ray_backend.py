@@ -39,7 +39,7 @@ import torch
 from scalerl.config import RayConfig, RunConfig
 from scalerl.errors import UserError
 from scalerl.pipeline.ready import ReadyBatches, Restarts, generate_on_schedule
-from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.rollout import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule
 from scalerl.pipeline.weights import WeightChannel

@@ -1,16 +1,47 @@
 """What every generator backend shares (``pipeline/backends.py``, ``pipeline/ray_backend.py``; §3.1): the
-bookkeeping of batches generated but not yet trained on, and one schedule group generated beside the trainer."""
+``Backend`` protocol the driver speaks, the bookkeeping of batches generated but not yet trained on, and one
+schedule group generated beside the trainer."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from scalerl.errors import RunStopped
-from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.rollout import Request, RolloutBatch
 from scalerl.pipeline.generator import GeneratorWorker
 from scalerl.pipeline.schedules import Schedule
 from scalerl.pipeline.weights import WeightChannel
+
+
+class Backend(Protocol):
+    """Where the generator runs, as the driver sees it (inline, a local process, Ray actors): it takes requests,
+    takes the trainer's weights, and hands back batches in index order."""
+
+    devices: int  # devices the run occupies with it, the trainer included (for compute/device_hours)
+    concurrent: bool  # generators run beside the trainer and may have batches under way
+
+    def submit(self, requests: list[Request]) -> None:
+        """Ask for these batches (the schedule has allowed them to start)."""
+
+    def publish(self, state_dict: Any, version: int) -> None:
+        """The trainer's weights at ``version``, for the generators to load (in flight or between groups)."""
+
+    def next_batch(self, index: int) -> RolloutBatch:
+        """Batch ``index``, waiting for it if it is still being generated."""
+
+    def put_ready(self, batch: RolloutBatch) -> None:
+        """A batch generated before a restart (from the checkpoint), to be handed back by ``next_batch``."""
+
+    def ready_batches(self) -> list[RolloutBatch]:
+        """Batches generated but not yet trained on (the checkpoint keeps them)."""
+
+    def faults(self) -> dict[str, float]:
+        """Fault counters for the metrics row (``faults/...``)."""
+
+    def close(self) -> None:
+        """Stop the generators and release what they hold."""
 
 
 class ReadyBatches:

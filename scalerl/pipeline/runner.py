@@ -39,8 +39,9 @@ from scalerl.errors import RunStopped, UserError
 from scalerl.evaluate import Evaluation, build_evaluation, eval_seed
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
+from scalerl.pipeline.ready import Backend
 from scalerl.models.registry import prompt_encoder
-from scalerl.pipeline.prepare import update_curriculum as _update_curriculum
+from scalerl.pipeline.prepare import StageConfig, update_curriculum as _update_curriculum
 from scalerl.pipeline.schedules import Schedule
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, setup_rank
 from scalerl.pipeline.state import RunState
@@ -171,7 +172,7 @@ def _run(
         torch.set_num_threads(cfg.threads or max(threads, (os.cpu_count() or 1) // ranks.world))
         warm_stats = warmup(model, tokenizer, task, warm_cfg, seed=cfg.base_seed, encode=prompt_encoder(bundle))
         torch.set_num_threads(threads)
-    trainer, eval_model = ranks.trainer(model, cfg, schedule, ckpt["trainer"] if ckpt is not None else None)
+    trainer, eval_model = ranks.trainer(model, cfg, ckpt["trainer"] if ckpt is not None else None)
     held = cfg.devices or backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
     state = RunState(
         curriculum=build_curriculum(cfg, task),
@@ -220,7 +221,7 @@ class RunLoop:
     model: nn.Module
     eval_model: nn.Module
     evaluation: Evaluation
-    backend: Any
+    backend: Backend
     log: RunLog
     display: RunDisplay
     progress: dict[str, bool]  # "trained": whether this call trained a step (a failed fresh run is removed)
@@ -228,6 +229,9 @@ class RunLoop:
     grader_warnings: FailureWarnings = field(default_factory=FailureWarnings)
     stop_rule: StopRule | None = None  # asked after every evaluation whether to stop before the budget
     stopped: str | None = None  # why the stop rule ended the run (None: it ran to its budget)
+
+    def __post_init__(self) -> None:
+        self.stage = StageConfig.of(self.cfg.algo, self.schedule)  # what the driver does to a batch before training
 
     def within_budget(self) -> bool:
         """Below every budget the config sets: ``steps``, ``max_minutes`` of wall clock, ``max_device_hours`` of
@@ -286,7 +290,7 @@ class RunLoop:
         check_gradable(state.step + 1, batch.n, ungraded, cfg.faults.max_ungraded_fraction)  # before training
         if (warning := self.grader_warnings.check(state.step + 1, batch.n, ungraded)) is not None:
             print(warning, file=sys.stderr, flush=True)
-        stats = self.ranks.step(trainer, batch)
+        stats = self.ranks.step(trainer, batch, self.stage)
         _update_curriculum(state.curriculum, batch)
         t_publish = time.perf_counter()
         if trainer.version % self.schedule.group == 0:

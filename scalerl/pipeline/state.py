@@ -22,7 +22,7 @@ import torch
 
 from scalerl.compute import ComputeMeter
 from scalerl.forecast import Forecaster
-from scalerl.pipeline.batch import Request, RolloutBatch
+from scalerl.rollout import Request, RolloutBatch
 from scalerl.pipeline.schedules import Schedule
 from scalerl.runlog import save_checkpoint
 
