@@ -4,19 +4,21 @@ Defaults are the ScaleRL recipe (paper §3.10) at a size that runs on a laptop C
 CISPO loss, prompt-level aggregation, batch-level advantage normalisation, zero-variance filtering,
 No-Positive-Resampling, interruption length control, FP32 LM head, PipelineRL-8.
 
-Algorithm choices are *names* looked up in registries (``scalerl.algo``) plus a ``params`` mapping handed to
-the registered implementation; ``scalerl/schema.py`` types every entry's params (fields, bounds, defaults) as a
-pydantic union discriminated by name, so validating a config builds nothing and imports no torch. The trainer
-never sees a recipe name.
+Algorithm choices are *names* looked up in registries (``scalerl.algo``) plus ``params``: at load, each
+``{name, params}`` section's params become the typed object of that name (``scalerl/schema.py``: fields, bounds,
+defaults), validated once and handed to the registered implementation as they are. Validating a config builds
+nothing and imports no torch. The trainer never sees a recipe name.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_serializer, field_validator, model_validator,
+)
 
 from scalerl import schema
 from scalerl.errors import UserError, read_user_text
@@ -30,10 +32,32 @@ class Strict(BaseModel):
 
 
 class Named(Strict):
-    """A registry entry: ``name`` picks the implementation, ``params`` are its keyword arguments."""
+    """A task entry: ``name`` picks the task, ``params`` are its keyword arguments."""
 
     name: str
     params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Entry(Strict):
+    """A registry entry: ``name`` picks the implementation; ``params``, given as a mapping, become that entry's
+    typed params (``schema.PARAMS[kind][name]``) here, at load, and are written back as what was set."""
+
+    kind: ClassVar[str]
+    where: ClassVar[str]  # the section's path in the config, for messages
+    name: str
+    params: schema.Params
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            name = data.get("name", cls.model_fields["name"].default)
+            data = {**data, "params": schema.typed_params(cls.kind, name, data.get("params"), cls.where)}
+        return data
+
+    @field_serializer("params")
+    def _as_set(self, params: schema.Params) -> dict[str, Any]:
+        return params.model_dump(exclude_unset=True)
 
 
 class ModelConfig(Strict):
@@ -143,7 +167,8 @@ class TaskConfig(Strict):
         return value
 
 
-class LossConfig(Named):
+class LossConfig(Entry):
+    kind, where = "loss", "algo.loss"
     name: str = "cispo"
 
 
@@ -152,11 +177,13 @@ class AdvantageConfig(Strict):
     eps: float = Field(1e-6, gt=0)
 
 
-class CurriculumConfig(Named):
+class CurriculumConfig(Entry):
+    kind, where = "curriculum", "algo.curriculum"
     name: str = "npr"  # npr | uniform  (§3.7)
 
 
-class LengthConfig(Named):
+class LengthConfig(Entry):
+    kind, where = "length control", "algo.length"
     name: str = "interruption"  # interruption | length_penalty | none  (§3.8)
 
 

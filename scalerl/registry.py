@@ -34,6 +34,13 @@ class Registry(Generic[T]):
 
         return deco
 
+    def implement(self, obj: T) -> T:
+        """Register ``obj`` (a class with a ``params_model``, ``scalerl/schema.py``) under every name its params
+        type serves: the names derive from the types, and no name is written twice."""
+        for name in obj.params_model.names:  # type: ignore[attr-defined]
+            self.register(name)(obj)
+        return obj
+
     def get(self, name: str, field: str | None = None) -> T:
         try:
             return self._items[name]

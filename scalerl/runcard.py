@@ -20,6 +20,7 @@ from scalerl.evaluate import pass_rate_keys
 from scalerl.forecast import describe_fit, describe_shape, describe_trust
 from scalerl.presets import MISSING, _component_overrides, config_diff, format_value
 from scalerl.runlog import read_metrics
+from scalerl.schema import Params
 
 CARD = "README.md"
 
@@ -31,8 +32,10 @@ LENGTH_NAMES = {"interruption": "interruptions", "length_penalty": "length penal
 CURRICULUM_NAMES = {"npr": "No-Positive-Resampling", "uniform": "uniform sampling"}
 
 
-def _params(params: dict[str, Any]) -> str:
-    return f" ({', '.join(f'{k} {format_value(v)}' for k, v in params.items())})" if params else ""
+def _params(params: Params) -> str:
+    """The hyper-parameters the config set (the rest are the entry's defaults)."""
+    values = params.model_dump(exclude_unset=True)
+    return f" ({', '.join(f'{k} {format_value(v)}' for k, v in values.items())})" if values else ""
 
 
 def _on(flag: bool) -> str:

@@ -1,23 +1,22 @@
-"""The registries' parameter schemas (§3.2 losses, §3.4 aggregation, §3.5 advantages, §3.7 curricula, §3.8 length
-control, §3.1 schedules; design.md ``config.py``), torch-free.
+"""The registries' parameter types (§3.2 losses, curricula and length control, §4 the recipe), torch-free.
 
-Each registry is a pydantic discriminated union on ``name``: every entry's ``params`` is a typed model whose
-fields, defaults and bounds are the entry's hyper-parameters. Validating a config is validating against these
-models, so nothing is built to be checked and no torch is imported. The implementations in ``scalerl.algo`` take
-their defaults from here and check direct constructions with the same models (:func:`check_fields`).
+Every registry entry with hyper-parameters has one ``Params`` class: its fields, defaults and bounds are the
+entry's hyper-parameters, and its ``names`` are the registry names it serves (``PARAMS[kind][name]``, filled as
+the classes are defined, so the registries' names derive from these types). A config section ``{name, params}``
+is validated once, at load (``scalerl/config.py``): ``params`` becomes the typed object, which the
+implementation receives as it is (:class:`Configured`). Nothing is built to be checked and no torch is imported.
 
-The config tree keeps ``params`` as the mapping the user wrote (so a resolved config, ``presets --show`` and
-``config_diff`` show exactly what was set); :func:`typed` gives the validated, defaulted entry.
+A new entry is one ``Params`` subclass (with ``kind`` from its base and its ``names``) plus one implementation
+registered for it (``Registry.implement``); neither has to live in this file.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import fields as dataclass_fields, is_dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 from pydantic import model_validator
 
 from scalerl.errors import UserError
@@ -70,41 +69,78 @@ PositiveInt = Annotated[int, BeforeValidator(positive_int)]
 Fraction = Annotated[float, BeforeValidator(fraction)]
 
 
+# registry kind -> entry name -> its params type; filled by ``Params`` subclasses that declare ``names``
+PARAMS: dict[str, dict[str, type["Params"]]] = {}
+
+
 class Params(BaseModel):
-    """An entry's hyper-parameters: unknown keys are refused."""
+    """An entry's hyper-parameters: unknown keys are refused. A subclass that declares ``names`` serves those
+    registry names of its ``kind`` (inherited from a base such as ``LossParams``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    kind: ClassVar[str] = ""
+    names: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        for name in cls.__dict__.get("names", ()):
+            entries = PARAMS.setdefault(cls.kind, {})
+            if name in entries:
+                raise ValueError(f"{cls.kind} {name!r}: parameters declared twice ({entries[name].__name__}, {cls.__name__})")
+            entries[name] = cls
+
+
+class LossParams(Params):
+    kind = "loss"
+
+
+class CurriculumParams(Params):
+    kind = "curriculum"
+
+
+class LengthParams(Params):
+    kind = "length control"
 
 
 # ---------------------------------------------------------------------------------------------- losses (§3.2)
 
 
-class CISPOParams(Params):
+class CISPOParams(LossParams):
+    names = ("cispo",)
     eps_max: Positive = 4.0  # ε_max ∈ {4, 5, 8} behaved alike (Fig. 19b)
 
 
-class ClipParams(Params):
+class ReinforceParams(LossParams):
+    names = ("reinforce",)
+
+
+class ClipParams(LossParams):
+    names = ("ppo", "grpo")
     eps_low: Positive = 0.2  # PPO / DeepSeek GRPO (A.16)
     eps_high: Positive = 0.2
 
 
 class DAPOParams(ClipParams):
+    names = ("dapo",)
     eps_high: Positive = 0.28  # Yu et al.; the paper's DAPO recipe uses 0.26 (A.17.1), set by the preset
 
 
 class GSPOParams(ClipParams):
+    names = ("gspo",)
     eps_low: Positive = 3e-3  # ScaleRL's best GSPO setting (Fig. 20)
     eps_high: Positive = 5e-3
-
-
-class NoParams(Params):
-    pass
 
 
 # ---------------------------------------------------------------------------------------------- curricula (§3.7)
 
 
-class NPRParams(Params):
+class UniformParams(CurriculumParams):
+    names = ("uniform",)
+
+
+class NPRParams(CurriculumParams):
+    names = ("npr",)
     threshold: Fraction = 0.9  # pass_rate(x) < 0.9 in the ScaleRL objective (§3.10)
     min_samples: PositiveInt = 1
 
@@ -112,13 +148,15 @@ class NPRParams(Params):
 # ---------------------------------------------------------------------------------------------- length (§3.8)
 
 
-class NoLengthParams(Params):
+class NoLengthParams(LengthParams):
+    names = ("none",)
     max_new_tokens: PositiveInt = 96  # hard cap on completion tokens (sampled + forced)
 
 
 class InterruptionParams(NoLengthParams):
     """Sized for the built-in task; the paper: 10k–12k thinking, 2k answer, 14k generation (A.3)."""
 
+    names = ("interruption",)
     think_lo: PositiveInt = 24
     think_hi: PositiveInt = 48
     answer_budget: PositiveInt = 8
@@ -148,6 +186,7 @@ def fits(params: Any, phrase_tokens: int) -> None:
 class LengthPenaltyParams(NoLengthParams):
     """DAPO's over-long penalty (Eq. 9); the paper: L_max 14k, L_cache 2k."""
 
+    names = ("length_penalty",)
     l_max: PositiveInt = 96
     l_cache: Positive = 24
 
@@ -160,17 +199,8 @@ class LengthPenaltyParams(NoLengthParams):
 
 # ---------------------------------------------------------------------------------------------- the registries
 
-# registry kind (as the registries word it) -> entry name -> params model; tests/test_layering.py checks that
-# each registry in scalerl.algo / engines / pipeline holds exactly these names
-REGISTRIES: dict[str, dict[str, type[Params]]] = {
-    "loss": {
-        "cispo": CISPOParams, "reinforce": NoParams, "ppo": ClipParams, "grpo": ClipParams, "dapo": DAPOParams,
-        "gspo": GSPOParams,
-    },
-    "curriculum": {"npr": NPRParams, "uniform": NoParams},
-    "length control": {"interruption": InterruptionParams, "length_penalty": LengthPenaltyParams, "none": NoLengthParams},
-}
-# registries whose entries take no params: just the names
+# registries whose entries take no params: just the names (tests/test_layering.py checks them against the
+# registries in scalerl.algo / engines / pipeline)
 NAMES: dict[str, tuple[str, ...]] = {
     "aggregation": ("prompt", "sample", "token"),
     "advantage normalisation": ("batch", "prompt", "none"),
@@ -179,49 +209,37 @@ NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-def _entry_union(kind: str) -> TypeAdapter:
-    """``{name, params}`` as a pydantic union discriminated by ``name``."""
-    variants = tuple(
-        create_model(
-            f"{kind.title().replace(' ', '')}_{name}",
-            __config__=ConfigDict(extra="forbid", frozen=True),
-            name=(Literal[name], ...),
-            params=(model, Field(default_factory=model)),
-        )
-        for name, model in REGISTRIES[kind].items()
-    )
-    return TypeAdapter(Annotated[Union[variants], Field(discriminator="name")])  # type: ignore[valid-type]
-
-
-_UNIONS = {kind: _entry_union(kind) for kind in REGISTRIES}
-
-
 def _message(exc: ValidationError, kind: str, name: str, where: str) -> str:
     err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"][1:]]  # [0] is the union's tag
+    loc = [str(p) for p in err["loc"]]
     msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "union_tag_invalid":
-        return f"{where}.name: {unknown_name(kind, name, REGISTRIES[kind])}"
     if err["type"] == "extra_forbidden":
-        accepted = ", ".join(REGISTRIES[kind][name].model_fields) or "none"
+        accepted = ", ".join(PARAMS[kind][name].model_fields) or "none"
         msg = f"unknown parameter for {kind} {name!r}; accepted: {accepted}"
     elif ": " in msg and msg.split(": ", 1)[0].isidentifier():  # "<field>: <problem>" from a check across fields
         head, msg = msg.split(": ", 1)
         loc = loc if loc and loc[-1] == head else loc + [head]
     elif "got" not in msg and not isinstance(err.get("input"), (dict, list)):
         msg = f"{msg}, got {err.get('input')!r}"
-    return f"{'.'.join([where, *loc])}: {msg}"
+    return f"{'.'.join([where, 'params', *loc])}: {msg}"
 
 
-def typed(kind: str, section: Any, where: str) -> Any:
-    """``section`` (an object or mapping with ``name`` and ``params``) validated against ``kind``'s schema:
-    an object with ``name`` and typed ``params``, defaults filled in. A mistake is a one-line ``UserError``
-    naming the field, e.g. ``algo.loss.params.eps_max: must be > 0, got -1``."""
-    data = section if isinstance(section, dict) else {"name": section.name, "params": section.params}
+def typed_params(kind: str, name: str, params: Any, where: str) -> Params:
+    """The typed params of entry ``name`` of registry ``kind``: ``params`` as it is when it already is one (it was
+    validated where it was made), else the mapping validated, defaults filled in. A mistake is a one-line
+    ``UserError`` naming the field, e.g. ``algo.loss.params.eps_max: must be > 0, got -1``."""
+    entries = PARAMS.get(kind, {})
+    if name not in entries:
+        raise UserError(f"{where}.name: {unknown_name(kind, name, entries)}")
+    model = entries[name]
+    if type(params) is model:
+        return params
+    if isinstance(params, Params):
+        params = params.model_dump(exclude_unset=True)
     try:
-        return _UNIONS[kind].validate_python(data)
+        return model.model_validate(params if params is not None else {})
     except ValidationError as exc:
-        raise UserError(_message(exc, kind, str(data.get("name")), where)) from None
+        raise UserError(_message(exc, kind, name, where)) from None
 
 
 def check_name(kind: str, name: str, where: str) -> None:
@@ -231,32 +249,62 @@ def check_name(kind: str, name: str, where: str) -> None:
 
 def check_algo(algo: Any) -> None:
     """Every name in an ``AlgoConfig`` known and every params mapping valid for its entry; builds nothing."""
-    typed("loss", algo.loss, "algo.loss")
+    typed_params("loss", algo.loss.name, algo.loss.params, "algo.loss")
     check_name("aggregation", algo.aggregation, "algo.aggregation")
     check_name("advantage normalisation", algo.advantages.norm, "algo.advantages.norm")
-    typed("curriculum", algo.curriculum, "algo.curriculum")
-    typed("length control", algo.length, "algo.length")
+    typed_params("curriculum", algo.curriculum.name, algo.curriculum.params, "algo.curriculum")
+    typed_params("length control", algo.length.name, algo.length.params, "algo.length")
 
 
-def check_fields(obj: Any, model: type[Params], values: dict[str, Any] | None = None) -> Params:
-    """Validate an implementation's hyper-parameters (a frozen dataclass's fields, or ``values``) with its
-    schema; store the normalised values on a dataclass. Raises ``ValueError("<field>: <problem>")``."""
-    if values is None:
-        values = {f.name: getattr(obj, f.name) for f in dataclass_fields(obj) if f.name in model.model_fields}
+def params_from(model: type[Params], values: dict[str, Any]) -> Params:
+    """``values`` validated as ``model`` (a direct construction in code, not a config); a mistake raises
+    ``ValueError("<field>: <problem>")``."""
     try:
-        params = model.model_validate(values)
+        return model.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
         msg = err["msg"].removeprefix("Value error, ")
         field = ".".join(str(p) for p in err["loc"])
         raise ValueError(f"{field}: {msg}" if field else msg) from None
-    if is_dataclass(obj):
-        for key in values:
-            object.__setattr__(obj, key, getattr(params, key))
+
+
+def own_params(impl: Any, params: Params | None, values: dict[str, Any]) -> Params:
+    """The params an implementation is made with: ``params`` (typed, already validated) as they are, or the
+    keyword ``values`` validated against its ``params_model``."""
+    if params is None:
+        return params_from(impl.params_model, values)
+    if values or not isinstance(params, impl.params_model):
+        raise TypeError(f"{type(impl).__name__} takes a {impl.params_model.__name__} or its fields as keywords")
     return params
 
 
-def default(model: type[Params], field: str) -> Any:
-    """A params model's default for ``field``: the one place an implementation's default is written."""
-    return model.model_fields[field].default
+class Configured:
+    """An implementation configured by its typed params (``params_model``): ``Impl(params)`` with the object a
+    config was validated into, used as it is; or ``Impl(field=value, ...)`` in code, validated here. Either
+    way each value is validated once. Hyper-parameters read as attributes (``loss.eps_max``); two
+    implementations are equal when their types and params are."""
 
+    params_model: ClassVar[type[Params]]
+    params: Params
+
+    def __init__(self, params: Params | None = None, **values: Any) -> None:
+        object.__setattr__(self, "params", own_params(self, params, values))
+
+    def __getattr__(self, name: str) -> Any:
+        params = self.__dict__.get("params")
+        if params is not None and name in type(params).model_fields:
+            return getattr(params, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: its hyper-parameters are its params")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.params == self.params  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.params))
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.params.model_dump().items())
+        return f"{type(self).__name__}({fields})"

@@ -216,7 +216,7 @@ def test_schema_names_are_the_registries_names():
     }
     for kind, registry in registries.items():
         assert registry.kind == kind
-        assert registry.names() == sorted(schema.REGISTRIES.get(kind) or schema.NAMES[kind]), kind
+        assert registry.names() == sorted(schema.PARAMS.get(kind) or schema.NAMES[kind]), kind
     from typing import get_args
 
     from scalerl.config import RunConfig
@@ -229,9 +229,9 @@ def test_schema_defaults_build_the_registered_defaults():
     """Each entry built from its schema's defaults equals the implementation built with no arguments."""
     from scalerl import algo, schema
 
-    for name in schema.REGISTRIES["loss"]:
+    for name in schema.PARAMS["loss"]:
         assert algo.build_loss(type("C", (), {"name": name, "params": {}})) == algo.LOSSES.get(name)()
-    for name in schema.REGISTRIES["length control"]:
+    for name in schema.PARAMS["length control"]:
         built = algo.build_length_control(type("C", (), {"name": name, "params": {}}))
         assert built == algo.LENGTH_CONTROLS.get(name)()
 

@@ -1,7 +1,7 @@
 """The ScaleRL recipe's algorithm pieces and every ablated alternative, as registered pure functions (§3).
 
-Registries (name -> implementation; the config names an entry, ``params`` are its keyword arguments, typed and
-defaulted by ``scalerl/schema.py``):
+Registries (name -> implementation; the config names an entry, and its ``params``, typed at load by
+``scalerl/schema.py``, are what the implementation is made with):
 
 * ``LOSSES`` (``losses.py``, §3.2): cispo, dapo, gspo, grpo, ppo, reinforce.
 * ``AGGREGATIONS`` (``aggregation.py``, §3.4): prompt, sample, token.
@@ -39,22 +39,24 @@ from scalerl.algo.losses import LOSSES, Loss, LossOutput
 validate = schema.check_algo
 
 
+def _params(kind: str, cfg: Any, where: str) -> schema.Params:
+    """``cfg.params`` (a config section's, typed at load: used as it is; a mapping: validated now)."""
+    return schema.typed_params(kind, cfg.name, cfg.params, where)
+
+
 def build_loss(cfg: Any, where: str = "algo.loss") -> Loss:
-    """The loss named by ``cfg.name`` (a ``LossConfig``), built with its typed ``params``."""
-    entry = schema.typed("loss", cfg, where)
-    return LOSSES.get(entry.name, f"{where}.name")(**entry.params.model_dump())
+    """The loss named by ``cfg.name`` (a ``LossConfig``), made with its typed ``params``."""
+    return LOSSES.get(cfg.name, f"{where}.name")(_params("loss", cfg, where))
 
 
 def build_curriculum(cfg: Any, ids: Sequence[str], seed: int, where: str = "algo.curriculum") -> PromptSampler:
     """The prompt sampler named by ``cfg.name`` (a ``CurriculumConfig``) over the training ``ids``."""
-    entry = schema.typed("curriculum", cfg, where)
-    return CURRICULA.get(entry.name, f"{where}.name")(list(ids), seed, **entry.params.model_dump())
+    return CURRICULA.get(cfg.name, f"{where}.name")(list(ids), seed, _params("curriculum", cfg, where))
 
 
 def build_length_control(cfg: Any, where: str = "algo.length") -> LengthControl:
-    """The length control named by ``cfg.name`` (a ``LengthConfig``), built with its typed ``params``."""
-    entry = schema.typed("length control", cfg, where)
-    return LENGTH_CONTROLS.get(entry.name, f"{where}.name")(**entry.params.model_dump())
+    """The length control named by ``cfg.name`` (a ``LengthConfig``), made with its typed ``params``."""
+    return LENGTH_CONTROLS.get(cfg.name, f"{where}.name")(_params("length control", cfg, where))
 
 
 __all__ = [

@@ -45,8 +45,11 @@ class PromptSampler:
     """Epoch-wise shuffled prompt ids with per-prompt outcome history; ``_should_retire`` decides retirement."""
 
     kind = "sampler"
+    params_model: type[schema.Params] = schema.UniformParams
 
-    def __init__(self, ids: Sequence[str], seed: int) -> None:
+    def __init__(self, ids: Sequence[str], seed: int, params: schema.Params | None = None, **values: Any) -> None:
+        """``params``: the typed params (``scalerl/schema.py``) as validated at load, or their fields as keywords."""
+        self.params = schema.own_params(self, params, values)
         self._ids = [str(i) for i in ids]
         if not self._ids:
             raise ValueError("ids: the training split is empty")
@@ -169,14 +172,14 @@ class PromptSampler:
         self._retired = {int(k) for k in state["retired"]}
 
 
-@CURRICULA.register("uniform")
+@CURRICULA.implement
 class UniformSampler(PromptSampler):
     """Uniform resampling: every prompt once per epoch, in a new random order each epoch; never retires."""
 
     kind = "uniform"
 
 
-@CURRICULA.register("npr")
+@CURRICULA.implement
 class NPRSampler(PromptSampler):
     """No-Positive-Resampling: a prompt whose pass rate in its latest epoch is >= ``threshold`` over at least
     ``min_samples`` samples leaves the pool from the next epoch on (§3.2, Fig. 6b; ``pass_rate(x) < 0.9`` in the
@@ -184,16 +187,15 @@ class NPRSampler(PromptSampler):
 
     kind = "npr"
 
-    def __init__(
-        self,
-        ids: Sequence[str],
-        seed: int,
-        threshold: float = schema.default(schema.NPRParams, "threshold"),
-        min_samples: int = schema.default(schema.NPRParams, "min_samples"),
-    ) -> None:
-        super().__init__(ids, seed)
-        params = schema.check_fields(None, schema.NPRParams, {"threshold": threshold, "min_samples": min_samples})
-        self.threshold, self.min_samples = params.threshold, params.min_samples
+    params_model = schema.NPRParams
+
+    @property
+    def threshold(self) -> float:
+        return self.params.threshold
+
+    @property
+    def min_samples(self) -> int:
+        return self.params.min_samples
 
     def _should_retire(self, k: int) -> bool:
         _, correct, total = self._latest[k]

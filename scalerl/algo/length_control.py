@@ -1,6 +1,7 @@
 """Length control (§3.8): forced interruptions (ScaleRL), the DAPO length penalty (Eq. 9), or none.
 
-``LENGTH_CONTROLS.get(name)(**params)`` gives an object the engine and the trainer read:
+``LENGTH_CONTROLS.get(name)(params)`` (its typed params, ``scalerl/schema.py``) gives an object the engine and
+the trainer read:
 
 * ``max_new_tokens``: hard cap on completion tokens (sampled + forced); a sequence that reaches it without
   EOS is truncated.
@@ -17,16 +18,15 @@ are 10k–12k thinking, 2k answer, 14k generation (A.3) and L_max 14k, L_cache 2
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
 import torch
 from torch import Tensor
 
 from scalerl import schema
 from scalerl.registry import Registry
-from scalerl.schema import PAPER_PHRASE, THINK_END, default
+from scalerl.schema import PAPER_PHRASE, THINK_END
+
+__all__ = ["LENGTH_CONTROLS", "PAPER_PHRASE", "Interruption", "LengthControl", "LengthPenalty", "forced_token_weights"]
 
 LENGTH_CONTROLS: Registry[type["LengthControl"]] = Registry("length control")
 
@@ -41,20 +41,22 @@ def forced_token_weights(forced: Tensor, valid: Tensor | None = None) -> Tensor:
     return keep.float()
 
 
-@dataclass(frozen=True, kw_only=True)
-class LengthControl:
-    """No length control beyond the hard cap: never interrupt, rewards unchanged (``none``)."""
+class LengthControl(schema.Configured):
+    """No length control beyond the hard cap: never interrupt, rewards unchanged (``none``). Its
+    hyper-parameters are its ``params_model`` object (``scalerl/schema.py``), read as attributes."""
 
-    max_new_tokens: int = default(schema.NoLengthParams, "max_new_tokens")
+    params_model = schema.NoLengthParams
+    think_end = THINK_END
 
-    phrase: ClassVar[str] = ""
-    answer_budget: ClassVar[int] = 0
-    think_end: ClassVar[str] = THINK_END
-    # the hyper-parameters' types, bounds and defaults (scalerl/schema.py)
-    params_model: ClassVar[type[schema.Params]] = schema.NoLengthParams
+    @property
+    def phrase(self) -> str:
+        """Text forced when thinking reaches its budget ("" when nothing is ever forced)."""
+        return getattr(self.params, "phrase", "")
 
-    def __post_init__(self) -> None:
-        schema.check_fields(self, self.params_model)
+    @property
+    def answer_budget(self) -> int:
+        """Tokens allowed after the phrase (0 when nothing is ever forced)."""
+        return getattr(self.params, "answer_budget", 0)
 
     def think_budgets(self, n: int, rng: np.random.Generator) -> list[int | None]:
         return [None] * n
@@ -67,11 +69,10 @@ class LengthControl:
         return rewards
 
 
-LENGTH_CONTROLS.register("none")(LengthControl)
+LENGTH_CONTROLS.implement(LengthControl)
 
 
-@LENGTH_CONTROLS.register("interruption")
-@dataclass(frozen=True, kw_only=True)
+@LENGTH_CONTROLS.implement
 class Interruption(LengthControl):
     """Forced interruptions (GLM-4.1V / Qwen3 style, ScaleRL §3.8): each sequence draws a thinking budget
     uniformly from the integers in [think_lo, think_hi] (the paper: 10k–12k); when its thinking reaches the
@@ -79,34 +80,29 @@ class Interruption(LengthControl):
     Rewards are not shaped."""
 
     params_model = schema.InterruptionParams
-    think_lo: int = default(schema.InterruptionParams, "think_lo")
-    think_hi: int = default(schema.InterruptionParams, "think_hi")
-    answer_budget: int = default(schema.InterruptionParams, "answer_budget")  # type: ignore[misc]  # a field here
-    phrase: str = PAPER_PHRASE  # type: ignore[misc]
 
     def check_fits(self, phrase_tokens: int) -> None:
         """``schema.fits``: the longest interrupted completion must fit in ``max_new_tokens`` (§3.8);
         ``phrase_tokens`` is the phrase's length under the run's tokenizer."""
-        schema.fits(self, phrase_tokens)
+        schema.fits(self.params, phrase_tokens)
 
     def think_budgets(self, n: int, rng: np.random.Generator) -> list[int | None]:
-        return [int(b) for b in rng.integers(self.think_lo, self.think_hi + 1, size=n)]
+        p = self.params
+        return [int(b) for b in rng.integers(p.think_lo, p.think_hi + 1, size=n)]
 
 
-@LENGTH_CONTROLS.register("length_penalty")
-@dataclass(frozen=True, kw_only=True)
+@LENGTH_CONTROLS.implement
 class LengthPenalty(LengthControl):
     """DAPO's soft over-long penalty (Eq. 9), added to *correct* traces only:
     ``R_length(y) = clip((l_max − |y|) / l_cache − 1, −1, 0)``, 0 up to ``l_max − l_cache`` tokens, falling
     linearly to −1 at ``l_max``. ``|y|`` is the completion length in tokens. No interruptions."""
 
     params_model = schema.LengthPenaltyParams
-    l_max: int = default(schema.LengthPenaltyParams, "l_max")
-    l_cache: int = default(schema.LengthPenaltyParams, "l_cache")
 
     def penalty(self, lengths: Tensor) -> Tensor:
         """``R_length`` of Eq. 9 for completion lengths [N]."""
-        return torch.clamp((self.l_max - lengths.double()) / self.l_cache - 1.0, -1.0, 0.0)
+        p = self.params
+        return torch.clamp((p.l_max - lengths.double()) / p.l_cache - 1.0, -1.0, 0.0)
 
     def shape_rewards(self, rewards: Tensor, lengths: Tensor, correct: Tensor) -> Tensor:
         values = rewards if rewards.is_floating_point() else rewards.float()

@@ -1,6 +1,6 @@
 """Policy-gradient losses (§3.2, §3.10): per-token terms, registered by name in ``LOSSES``.
 
-A loss is a frozen dataclass whose fields are its hyper-parameters. Calling it::
+A loss is configured by its typed params (``scalerl/schema.py``, e.g. ``CISPOParams``). Calling it::
 
     out = loss(logp, gen_logp, advantages, mask, seq_lengths=None)
 
@@ -36,13 +36,11 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from scalerl import schema
-from scalerl.schema import default
 from scalerl.registry import Registry
 
 LOSSES: Registry[type["Loss"]] = Registry("loss")
@@ -80,15 +78,9 @@ def _frac(flags: Tensor, valid: Tensor) -> float:
     return float((flags & valid).sum()) / n if n else 0.0
 
 
-@dataclass(frozen=True)
-class Loss(ABC):
-    """A per-token policy-gradient loss; subclasses give ``_terms``. Fields are hyper-parameters, typed and
-    checked by ``params_model`` (``scalerl/schema.py``), which also holds their defaults."""
-
-    params_model: ClassVar[type[schema.Params]] = schema.NoParams
-
-    def __post_init__(self) -> None:
-        schema.check_fields(self, self.params_model)
+class Loss(schema.Configured, ABC):
+    """A per-token policy-gradient loss; subclasses give ``_terms``. Its hyper-parameters are its
+    ``params_model`` object (``scalerl/schema.py``: types, bounds, defaults), read as ``self.params``."""
 
     def __call__(
         self,
@@ -130,8 +122,7 @@ class Loss(ABC):
         """``(per-token terms to minimise, bool [N, T] where the bound is active, extra stats)``."""
 
 
-@LOSSES.register("cispo")
-@dataclass(frozen=True)
+@LOSSES.implement
 class CISPOLoss(Loss):
     """CISPO (Eq. 4, §3.10): ``−sg(min(ρ, ε_max)) · Â · log π_train`` per token.
 
@@ -141,26 +132,24 @@ class CISPOLoss(Loss):
     """
 
     params_model = schema.CISPOParams
-    eps_max: float = default(schema.CISPOParams, "eps_max")
 
     def _terms(self, logp: Tensor, ratio: Tensor, adv: Tensor, valid: Tensor) -> _Terms:
-        ratio = ratio.detach()
-        weight = torch.clamp(ratio, max=self.eps_max)
-        return -weight * adv * logp, ratio > self.eps_max, {}
+        ratio, eps_max = ratio.detach(), self.params.eps_max
+        weight = torch.clamp(ratio, max=eps_max)
+        return -weight * adv * logp, ratio > eps_max, {}
 
 
-@LOSSES.register("reinforce")
-@dataclass(frozen=True)
+@LOSSES.implement
 class ReinforceLoss(Loss):
     """Plain on-policy policy gradient ``−Â · log π_train`` (no ratio, no bound)."""
+
+    params_model = schema.ReinforceParams
 
     def _terms(self, logp: Tensor, ratio: Tensor, adv: Tensor, valid: Tensor) -> _Terms:
         return -adv * logp, torch.zeros_like(valid), {}
 
 
-@LOSSES.register("grpo")
-@LOSSES.register("ppo")
-@dataclass(frozen=True)
+@LOSSES.implement
 class ClipLoss(Loss):
     """PPO's clipped surrogate ``−min(ρ Â, clip(ρ, 1 − ε_low, 1 + ε_high) Â)`` (Eq. 3, 5–7).
 
@@ -171,30 +160,25 @@ class ClipLoss(Loss):
     """
 
     params_model = schema.ClipParams
-    eps_low: float = default(schema.ClipParams, "eps_low")
-    eps_high: float = default(schema.ClipParams, "eps_high")
 
     def _terms(self, logp: Tensor, ratio: Tensor, adv: Tensor, valid: Tensor) -> _Terms:
-        clipped = torch.clamp(ratio, 1.0 - self.eps_low, 1.0 + self.eps_high)
+        eps_low, eps_high = self.params.eps_low, self.params.eps_high
+        clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
         terms = -torch.minimum(ratio * adv, clipped * adv)
-        high = (adv > 0) & (ratio.detach() > 1.0 + self.eps_high)
-        low = (adv < 0) & (ratio.detach() < 1.0 - self.eps_low)
+        high = (adv > 0) & (ratio.detach() > 1.0 + eps_high)
+        low = (adv < 0) & (ratio.detach() < 1.0 - eps_low)
         return terms, low | high, {"clip_low_frac": _frac(low, valid), "clip_high_frac": _frac(high, valid)}
 
 
-@LOSSES.register("dapo")
-@dataclass(frozen=True)
+@LOSSES.implement
 class DAPOLoss(ClipLoss):
     """DAPO's asymmetric clip ("clip-higher", Eq. 8): ε_low 0.2, ε_high 0.28 (Yu et al.); the paper's DAPO
     recipe uses ε_high 0.26 (A.17.1), which the preset sets."""
 
     params_model = schema.DAPOParams
-    eps_low: float = default(schema.DAPOParams, "eps_low")
-    eps_high: float = default(schema.DAPOParams, "eps_high")
 
 
-@LOSSES.register("gspo")
-@dataclass(frozen=True)
+@LOSSES.implement
 class GSPOLoss(ClipLoss):
     """GSPO (§3.2, A.17.3): the clip acts on the length-normalised sequence ratio
     ``s_i = exp(mean_t(log π_train − log π_gen))`` over the sequence's weighted tokens, the same value for
@@ -202,8 +186,6 @@ class GSPOLoss(ClipLoss):
     the 1/|y_i| normalisation is inferred from that clip scale (the paper does not state it)."""
 
     params_model = schema.GSPOParams
-    eps_low: float = default(schema.GSPOParams, "eps_low")
-    eps_high: float = default(schema.GSPOParams, "eps_high")
 
     def _ratio(self, log_ratio: Tensor, valid: Tensor) -> tuple[Tensor, dict[str, float]]:
         count = valid.sum(dim=1).clamp(min=1).to(log_ratio.dtype)
