@@ -6,6 +6,7 @@ section is the audit's nine uncontained classes, with variants: all contained, a
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import socket
@@ -21,7 +22,8 @@ from scalerl.config import RewardConfig
 from scalerl.tasks.base import Problem
 from scalerl.tasks.code import CodeGrader, parse_tests
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.sandbox import SANDBOX_ENV, SandboxLimits, _probe_bubblewrap, run_python
+from scalerl.tasks.sandbox import SANDBOX_ENV, SandboxLimits, child_source, run_python
+from scalerl.tasks.sandbox_bwrap import probe_bubblewrap
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's OS layer is Linux-only")
 
@@ -29,8 +31,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 @pytest.fixture(autouse=True, params=["bwrap", "fallback"])
 def sandbox_mode(request, monkeypatch) -> str:
     """Each test under bubblewrap (where it runs here) and under the fallback layers."""
-    if request.param == "bwrap" and _probe_bubblewrap()[0] is None:
-        pytest.skip(f"bubblewrap cannot run here: {_probe_bubblewrap()[1]}")
+    if request.param == "bwrap" and probe_bubblewrap()[0] is None:
+        pytest.skip(f"bubblewrap cannot run here: {probe_bubblewrap()[1]}")
     monkeypatch.setenv(SANDBOX_ENV, request.param)
     return request.param
 
@@ -183,6 +185,24 @@ def test_the_sandbox_works_from_the_real_home_directory():
         import shutil
 
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_the_child_program_is_one_whole_file_of_the_standard_library_only():
+    # the child runs in an isolated interpreter that sees nothing of the package: what it runs is the whole file
+    # (no marker cutting it in two), and the file imports no scalerl module, only the standard library
+    child = PACKAGE / "tasks" / "sandbox_child.py"
+    text = child.read_text(encoding="utf-8")
+    assert child_source() == text
+    imported = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"relative import of {node.module!r}"
+            imported.add(node.module)
+    top = {name.split(".")[0] for name in imported}
+    assert "scalerl" not in top and top <= sys.stdlib_module_names, top - sys.stdlib_module_names
+    assert {"os", "marshal", "ctypes"} <= top  # the parse saw the child's imports, function-level ones included
 
 
 def test_a_sandbox_that_cannot_start_is_one_error_at_start_up(monkeypatch):
