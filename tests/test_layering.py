@@ -8,8 +8,8 @@ Layers, lowest first (a module may import its own layer or a lower one, never a 
 2. tensors: ``algo/`` (pure functions on tensors) and ``rollout`` (the batch of rollouts every layer above reads)
 3. ``models/``, ``tasks/``
 4. ``engines/``: generation around a model, which owns its construction
-5. training: ``trainer``, ``logprobs`` (its forward), ``update`` (its optimizer step and non-finite guard),
-   ``fsdp`` (its sharding over ranks); a leaf under the driver, which it never imports
+5. training: ``trainer`` (the step: its forward, loss, update and non-finite guard) and ``fsdp`` (its sharding
+   over ranks); a leaf under the driver, which it never imports
 6. run machinery: ``build``, ``pipeline/`` (the driver: generation, batch preparation, the step loop),
    ``evaluate``, ``forecast``, ``runlog``, ``progress``, ``runs``, ``export``, ``runcard``
 7. front ends: ``experiments/``, ``integrations/``, ``commands/``, ``cli``, ``api``, ``__main__``
@@ -36,7 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("scalerl.algo", "scalerl.rollout"),
     ("scalerl.models", "scalerl.tasks"),
     ("scalerl.engines",),
-    ("scalerl.trainer", "scalerl.logprobs", "scalerl.update", "scalerl.fsdp"),
+    ("scalerl.trainer", "scalerl.fsdp"),
     (
         "scalerl.build", "scalerl.pipeline", "scalerl.evaluate", "scalerl.forecast", "scalerl.runlog",
         "scalerl.progress", "scalerl.runs", "scalerl.export", "scalerl.runcard",

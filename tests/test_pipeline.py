@@ -221,8 +221,7 @@ def test_update_to_nonfinite_weights_is_undone_and_repeats_stop_the_run():
     state as before), logged as skipped, and the fifth such step in a row is a UserError."""
     from scalerl.build import build_model
     from scalerl.errors import UserError
-    from scalerl.trainer import Trainer
-    from scalerl.update import MAX_NONFINITE
+    from scalerl.trainer import MAX_NONFINITE, Trainer
 
     cfg = micro("algo.zero_variance_filter=false", "optim.lr=1e300", "optim.warmup_steps=0")
     bundle = build_model(cfg.model, 0)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scalerl import algo, logprobs
+from scalerl import algo, trainer as trainer_mod
 from scalerl.build import build_model
 from scalerl.config import load_config
 from scalerl.models.fp32_head import token_logprobs
 from scalerl.rollout import RolloutBatch
-from scalerl.logprobs import policy_logprobs, token_entropy
-from scalerl.trainer import Trainer
+from scalerl.trainer import Trainer, policy_logprobs, token_entropy
 
 SETS = ["model.d_model=32", "model.n_layers=2", "model.n_heads=2", "model.max_seq_len=64", "threads=1",
         "algo.zero_variance_filter=false"]
@@ -60,7 +59,7 @@ def padded_terms(tr: Trainer, b: RolloutBatch, adv: torch.Tensor):
 
 
 def bucketed_terms(tr: Trainer, b: RolloutBatch, adv: torch.Tensor):
-    """The same terms through the trainer's forward (``scalerl.logprobs``: buckets, shared prefixes)."""
+    """The same terms through the trainer's forward (``policy_logprobs``: buckets, shared prefixes)."""
     logp, entropy = policy_logprobs(tr.model, b, bf16=tr.bf16)
     mask = b.loss_mask[:, 1:]
     return entropy, logp, tr.loss_fn(logp, b.gen_logprobs[:, 1:], adv, mask, seq_lengths=mask.sum(dim=1))
@@ -82,7 +81,7 @@ def loss_and_grads(tr: Trainer, terms, b: RolloutBatch, adv: torch.Tensor):
 
 @pytest.mark.parametrize("preset", ["scalerl", "grpo_deepseek"])
 def test_bucketed_update_matches_the_padded_batch(monkeypatch, preset):
-    monkeypatch.setattr(logprobs, "ROWS_PER_BUCKET", 8)  # 5 buckets of 8 rows
+    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # 5 buckets of 8 rows
     cfg = load_config(preset, None, SETS)
     tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     tr.model.train()
@@ -104,7 +103,7 @@ def test_shared_prefix_update_matches_the_padded_batch(monkeypatch, preset, bf16
     """When a group's samples share their prompt (always, from the engines), the built-in model runs each prompt
     once per group (``TinyLM.forward_prefixed``): the same loss, gradients, log-probs and entropy as the padded
     forward of every whole sequence, and the plain forward is never called."""
-    monkeypatch.setattr(logprobs, "ROWS_PER_BUCKET", 8)  # buckets of 2 groups of 4 rows
+    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)  # buckets of 2 groups of 4 rows
     cfg = load_config(preset, None, [*SETS, f"optim.bf16_autocast={str(bf16).lower()}"])
     tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     tr.model.train()
@@ -144,7 +143,7 @@ def test_groups_that_do_not_share_a_prompt_take_the_plain_forward(monkeypatch):
 
 def test_update_forwards_only_the_buckets_real_width(monkeypatch):
     """The model sees each bucket trimmed to its longest sequence: far fewer token positions than N x T."""
-    monkeypatch.setattr(logprobs, "ROWS_PER_BUCKET", 8)
+    monkeypatch.setattr(trainer_mod, "ROWS_PER_BUCKET", 8)
     cfg = load_config("scalerl", None, SETS)
     tr = Trainer(build_model(cfg.model, 0).model, cfg.algo, cfg.optim)
     seen: list[int] = []

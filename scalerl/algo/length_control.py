@@ -49,6 +49,11 @@ class LengthControl(schema.Configured):
     think_end = THINK_END
 
     @property
+    def max_new_tokens(self) -> int:
+        """Hard cap on completion tokens (sampled + forced)."""
+        return self.params.max_new_tokens
+
+    @property
     def phrase(self) -> str:
         """Text forced when thinking reaches its budget ("" when nothing is ever forced)."""
         return getattr(self.params, "phrase", "")
