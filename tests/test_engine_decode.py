@@ -23,6 +23,7 @@ from scalerl.config import ModelConfig
 from scalerl.models.tiny import build_tiny
 from scalerl.models.tokenizer import CharTokenizer
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # one thread: reductions in one order on any CPU
 GOLDEN = Path(__file__).parent / "data" / "engine_decode_golden.json"
 TOK = CharTokenizer()
 MICRO = ModelConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=96)
@@ -83,15 +84,6 @@ def _outputs(name: str, case: str) -> dict[str, Any]:
             for s in samples
         ],
     }
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One thread: the same reductions in the same order on any CPU, and no OpenMP spin-waits on a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -6,14 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scalerl.timing import Stopwatch, timed, timing_metrics
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from test_compute import FakeClock
 
 
 def test_timed_accumulates_nests_and_leaves_other_phases_alone():

@@ -90,9 +90,7 @@ class DecodeEngine(InFlightWeights):
         weight_source: WeightSource | None = None,
         ignore_eos: bool = False,
     ) -> list[list[Sample]]:
-        """``n`` samples per prompt (outer list: prompts; row ``i*n + j`` is sample ``j`` of prompt ``i``).
-        ``length``: the run's length control, or None (no interruptions, up to the model's context).
-        ``ignore_eos`` (benchmarks only) keeps sampling past EOS."""
+        """``Engine.generate``, plus ``ignore_eos`` (benchmarks only: sample past EOS)."""
         if not prompts:
             return []
         device = self._device()
