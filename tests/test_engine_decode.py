@@ -1,6 +1,6 @@
 """The decode core shared by the built-in and the Hugging Face engines (``scalerl/engines/decode.py``): for a fixed
 seed each engine gives exactly the samples it gave before the core was extracted (recorded in
-``tests/data/engine_decode_golden.json``): the same sampled and forced tokens, interruptions (§4, App. A.10), stops,
+``tests/data/engine_decode_golden.json``): the same sampled and forced tokens, interruptions (§2, App. A.10), stops,
 truncations and policy versions across an in-flight weight update (PipelineRL, §3.1), and the same generator
 log-probs.
 

@@ -2,9 +2,9 @@
 
 For models with the :class:`scalerl.models.tiny.TinyLM` decode interface (``new_cache``, ``prefill``,
 ``decode_step``). The decode loop is the shared core (``scalerl.engines.decode``): per-token generator log-probs
-from the FP32 LM head when on (§3.2), interruptions (§4, App. A.10), in-flight weight updates on the kept KV cache
-(PipelineRL, §3.1). What this engine gives it is the model's preallocated cache: the prompts' cache rows and a key
-mask sized for the whole completion, and rotary positions that count only real tokens.
+from the FP32 LM head when on (§3.2, Fig. 5b), interruptions (§2, App. A.10), in-flight weight updates on the
+kept KV cache (PipelineRL, §3.1). What this engine gives it is the model's preallocated cache: the prompts' cache
+rows and a key mask sized for the whole completion, and rotary positions that count only real tokens.
 
 All ``len(prompts) * n`` sequences advance together, one token each per step, so every live sequence has the same
 number of completion tokens at any step. Finished sequences are dropped from the model's batch as they accumulate
@@ -34,7 +34,9 @@ class _TinyKV:
     """A ``KVBatch`` over a TinyLM's preallocated cache (rows on dim 2): a key mask sized for the whole completion,
     each row's rotary position of its next token, and ``p_max``, the width of the left-padded prompts."""
 
-    def __init__(self, model: Any, cache: torch.Tensor, key_mask: torch.Tensor, positions: torch.Tensor, p_max: int) -> None:
+    def __init__(
+        self, model: Any, cache: torch.Tensor, key_mask: torch.Tensor, positions: torch.Tensor, p_max: int
+    ) -> None:
         self.model, self.cache, self.key_mask, self.positions, self.p_max = model, cache, key_mask, positions, p_max
 
     def keep(self, kept: torch.Tensor) -> None:

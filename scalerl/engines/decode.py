@@ -5,10 +5,10 @@
 
 * samples one token for every live sequence at temperature 1 (``runtime.draw``: one uniform per sequence, live or
   not, so a sequence's draws depend neither on the engine nor on when finished rows leave the batch) and records
-  its generator log-prob, from the FP32 LM head when on (§3.2; ICLR App. A.19);
+  its generator log-prob, from the FP32 LM head when on (§3.2, Fig. 5b);
 * hands the tokens to the length-control runtime (``runtime.LengthRuntime``), which forces the interruption phrase
   where thinking reached its drawn budget, counts the answer budget, and ends sequences on a stop token or the
-  hard cap (§4, App. A.10);
+  hard cap (§2, App. A.10);
 * drops finished sequences from the model's batch once the live ones are at most ``compact_at`` of it;
 * polls the weight source and copies newer weights into the model in place, keeping the KV cache computed by the
   old ones (in-flight updates, PipelineRL, §3.1, App. A.11): every later token records the new policy version;

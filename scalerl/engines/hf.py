@@ -1,11 +1,11 @@
 """Generation engine for any Hugging Face causal LM: the shared decode core over the model's KV cache.
 
 The decode loop is ``scalerl.engines.decode``'s: temperature-1 sampling with per-token generator log-probs from the
-FP32 LM head when on (§3.2), interruptions (§4, App. A.10), in-flight weight updates that keep the KV cache computed
-by the old weights (PipelineRL, §3.1). What this engine gives it is transformers' KV cache (the ``cache`` argument;
-``past_key_values`` before transformers 5, and deprecated since, with a warning at every call: ``cache_argument``
-picks the name), the stop tokens of the model's ``generation_config``, and ``</think>`` recognised as *text*
-(``engines/sequence.py``), since a BPE tokenizer splits it into several tokens.
+FP32 LM head when on (§3.2, Fig. 5b), interruptions (§2, App. A.10), in-flight weight updates that keep the KV
+cache computed by the old weights (PipelineRL, §3.1). What this engine gives it is transformers' KV cache (the
+``cache`` argument; ``past_key_values`` before transformers 5, and deprecated since, with a warning at every call:
+``cache_argument`` picks the name), the stop tokens of the model's ``generation_config``, and ``</think>``
+recognised as *text* (``engines/sequence.py``), since a BPE tokenizer splits it into several tokens.
 
 Prompts are left-padded with an attention mask, and position ids count only real tokens, so a padded
 sequence sees exactly the positions it has unpadded (the trainer's right-padded forward agrees). Each
