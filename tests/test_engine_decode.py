@@ -110,6 +110,71 @@ def test_the_recorded_cases_exercise_every_path():
     assert golden["builtin"].keys() == golden["hf"].keys() == CASES.keys()
 
 
+class _Scripted:
+    """A ``KVBatch`` whose model writes ``x`` until sequence ``s`` has ``s`` tokens, then EOS (logits one-hot),
+    logging every ``keep`` and ``step`` with the rows it holds."""
+
+    def __init__(self, n_seq: int, log: list) -> None:
+        self.rows, self.t, self.log = list(range(n_seq)), 0, log
+
+    def logits(self) -> torch.Tensor:
+        out = torch.full((len(self.rows), TOK.vocab_size), -1e4)
+        for i, s in enumerate(self.rows):
+            out[i, TOK.eos_id if self.t >= s else TOK.encode("x")[0]] = 0.0
+        return out
+
+    def keep(self, kept: torch.Tensor) -> None:
+        self.rows = [self.rows[i] for i in kept.tolist()]
+        self.log.append(("keep", list(self.rows)))
+
+    def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
+        self.log.append(("step", t, len(tokens)))
+        self.t = t + 1
+        return self.logits()
+
+
+def _scripted_engine(compact_at: float, log: list):
+    from scalerl.engines.decode import DecodeEngine
+
+    class Scripted(DecodeEngine):
+        def _device(self):
+            return torch.device("cpu")
+
+        def _max_new(self, length, prompt_len):
+            return length.max_new_tokens
+
+        def _prefill(self, ids, mask, n, max_new):
+            batch = _Scripted(len(ids) * n, log)
+            return batch.logits(), batch
+
+    engine = Scripted(torch.nn.Linear(2, 2), TOK, fp32_head=False)
+    engine.stop_ids, engine.compact_at = frozenset({TOK.eos_id}), compact_at
+    return engine
+
+
+@pytest.mark.parametrize("compact_at", [1.0, 0.5])
+def test_core_polls_before_each_forward_and_drops_finished_rows_at_compact_at(compact_at):
+    log: list = []
+    engine = _scripted_engine(compact_at, log)
+    polls = []
+    source = lambda v: (polls.append(len(log)), None)[1]  # noqa: E731  # records how many events preceded it
+    groups = engine.generate([[5]] * 4, 1, LengthControl(max_new_tokens=10), seed=0, weight_source=source)
+    tokens = [s.tokens for g in groups for s in g]
+    x = TOK.encode("x")[0]
+    assert tokens == [[x] * s + [TOK.eos_id] for s in range(4)]
+    assert all(s.finished and s.logprobs == [0.0] * len(s.tokens) for g in groups for s in g)
+    assert engine.last_stats == {"steps": 4.0, "tokens": 10.0}
+    steps = [e for e in log if e[0] == "step"]
+    assert [e[1] for e in steps] == [0, 1, 2]  # sequence 3 ends at step 4: no forward after it
+    # one poll before the prefill, then one right before every forward, after any compaction
+    assert polls == [0] + [log.index(e) for e in steps]
+    keeps = [e[1] for e in log if e[0] == "keep"]
+    if compact_at == 1.0:  # a row leaves as soon as its sequence ends
+        assert keeps == [[1, 2, 3], [2, 3], [3]] and [e[2] for e in steps] == [3, 2, 1]
+    else:  # only once the live rows are at most half of the batch
+        assert keeps == [[2, 3], [3]] and [e[2] for e in steps] == [4, 2, 1]
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
     torch.set_num_threads(1)
     record = {name: {case: _outputs(name, case) for case in CASES} for name in _engines()}

@@ -21,6 +21,7 @@ over the rows still decoding, which it can shrink (``keep``) and advance by one 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Protocol
 
 import torch
@@ -47,7 +48,7 @@ class KVBatch(Protocol):
         returns the next-token logits [rows, V]."""
 
 
-class DecodeEngine(InFlightWeights):
+class DecodeEngine(InFlightWeights, ABC):
     """The shared ``generate`` of the token-by-token engines (see the module docstring). Subclasses implement
     ``_device``, ``_max_new`` and ``_prefill``, may override ``_detector`` and ``compact_at``, and set
     ``stop_ids`` (the tokens that end a completion)."""
@@ -62,23 +63,23 @@ class DecodeEngine(InFlightWeights):
         self.version = 0
         self.last_stats: dict[str, float] = {}
 
+    @abstractmethod
     def _device(self) -> torch.device:
         """Where the model's weights (and so the decode's tensors) live."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _max_new(self, length: LengthControl | None, prompt_len: int) -> int:
         """The hard cap on completion tokens for prompts of up to ``prompt_len`` tokens."""
-        raise NotImplementedError
 
     def _detector(self, length: LengthControl | None) -> ThinkEndDetector | None:
         """How ``think_end`` is recognised: None, as its tokens; a detector, as text."""
         return None
 
+    @abstractmethod
     def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int, max_new: int) -> tuple[torch.Tensor, KVBatch]:
         """Prefill the left-padded prompts ``ids`` [P, L] (``mask``: True = real token) once each; returns the
         next-token logits [P * n, V] and the KV batch of their ``n`` copies (row ``i*n + j``: copy ``j`` of
         prompt ``i``), with room for ``max_new`` more tokens."""
-        raise NotImplementedError
 
     @torch.no_grad()
     def generate(
