@@ -25,6 +25,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from scalerl.timing import Stopwatch
+
 STATE_FIELDS = ("n_params", "devices", "wall_seconds", "gen_seconds", "train_seconds", "gen_tokens",
                 "trained_tokens", "tokens")
 
@@ -40,25 +42,25 @@ class ComputeMeter:
     trained_tokens: int = 0  # tokens of the sequences the trainer kept
     tokens: int = 0  # completion tokens generated
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
-    _since: float | None = field(default=None, repr=False, compare=False)
+    _interval: Stopwatch = field(init=False, repr=False, compare=False)  # the running interval of the clock
+
+    def __post_init__(self) -> None:
+        self._interval = Stopwatch(self.clock)
 
     # ------------------------------------------------------------------ the wall clock
 
     def start(self) -> None:
         """The training clock runs from now (idempotent)."""
-        if self._since is None:
-            self._since = self.clock()
+        self._interval.start()
 
     def stop(self) -> None:
         """The training clock stops; the seconds since ``start`` are metered."""
-        if self._since is not None:
-            self.wall_seconds += self.clock() - self._since
-            self._since = None
+        self.wall_seconds += self._interval.stop()
 
     @contextmanager
     def paused(self) -> Iterator[None]:
         """An evaluation or checkpoint pause: not metered, for any schedule or backend."""
-        running = self._since is not None
+        running = self._interval.running
         self.stop()
         try:
             yield
@@ -73,7 +75,7 @@ class ComputeMeter:
     @property
     def wall(self) -> float:
         """Training wall clock so far, the running interval included."""
-        return self.wall_seconds + (self.clock() - self._since if self._since is not None else 0.0)
+        return self.wall_seconds + self._interval.seconds
 
     # ------------------------------------------------------------------ work
 

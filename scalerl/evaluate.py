@@ -23,6 +23,7 @@ from scalerl.tasks.base import Problem, Task
 from scalerl.tasks.grading import grade
 
 if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
     from scalerl.config import RunConfig
     from scalerl.models.registry import ModelBundle
 
@@ -34,7 +35,7 @@ def evaluate(
     task: Task,
     problems: Sequence[Problem],
     n_samples: int,
-    length: Any,
+    length: LengthControl | None,
     seed: int,
     chunk: int = 256,
     prefix: str = "val",
@@ -102,7 +103,7 @@ class Evaluation:
     task: Any
     val: list[Problem]
     downstream: dict[str, tuple[Any, list[Problem]]]
-    length: Any
+    length: LengthControl | None
     n_samples: int
 
     def __call__(self, seed: int) -> dict[str, float]:

@@ -205,7 +205,7 @@ def test_dropping_finished_sequences_changes_no_sample(monkeypatch, ignore_eos):
     length = Length(max_new_tokens=60, lo=5, hi=30, phrase=phrase, answer_budget=3)
     runs = {}
     for at in (0.0, 0.75, 1.0):  # never, the default, at every step
-        monkeypatch.setattr(builtin, "COMPACT_AT", at)
+        monkeypatch.setattr(builtin.BuiltinEngine, "compact_at", at)
         eng = engine()
         rows: list[int] = []
         decode = eng.model.decode_step

@@ -36,15 +36,7 @@ class CharTokenizer:
         return "".join(self.chars[i - 3] for i in ids if i >= 3)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models are per-op-overhead bound; one thread avoids OpenMP spin-waits on a busy 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
+pytestmark = pytest.mark.usefixtures("one_thread")
 TOK = CharTokenizer()
 PROMPTS = [TOK.encode("what is 2+3?"), TOK.encode("hi"), TOK.encode("abc def")]  # left padding needed
 PHRASE = "ok stop </think>"

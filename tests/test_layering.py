@@ -3,7 +3,7 @@ torch, and the modules form layers that import only downwards, with no import cy
 
 Layers, lowest first (a module may import its own layer or a lower one, never a higher one):
 
-0. foundation: the package itself, ``errors``, ``atomic``, ``registry``, ``compute``, ``device``
+0. foundation: the package itself, ``errors``, ``atomic``, ``registry``, ``compute``, ``device``, ``timing``
 1. data: ``config``, ``schema`` (the registries' parameter schemas), ``presets``, ``curves/`` (never torch)
 2. tensors: ``algo/`` (pure functions on tensors) and ``rollout`` (the batch of rollouts every layer above reads)
 3. ``models/``, ``tasks/``
@@ -31,7 +31,10 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "scalerl"
 
 LAYERS: list[tuple[str, ...]] = [
-    ("scalerl", "scalerl.errors", "scalerl.atomic", "scalerl.registry", "scalerl.compute", "scalerl.device"),
+    (
+        "scalerl", "scalerl.errors", "scalerl.atomic", "scalerl.registry", "scalerl.compute", "scalerl.device",
+        "scalerl.timing",
+    ),
     ("scalerl.config", "scalerl.schema", "scalerl.presets", "scalerl.curves"),
     ("scalerl.algo", "scalerl.rollout"),
     ("scalerl.models", "scalerl.tasks"),

@@ -9,9 +9,12 @@ mid-generation, keeping its KV cache (in-flight weight updates, PipelineRL §3.1
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
 
 # Returns (version, state_dict) when weights newer than ``current_version`` are available, else None.
 # Polled by the engine between decode steps when in-flight updates are on.
@@ -42,13 +45,13 @@ class Engine(Protocol):
         self,
         prompts: list[list[int]],
         n: int,
-        length: Any,
+        length: LengthControl | None,
         seed: int,
         weight_source: WeightSource | None = None,
     ) -> list[list[Sample]]:
         """``n`` samples for each prompt (outer list: prompts, inner: samples).
 
-        ``length`` is a length-control object from ``scalerl.algo.length_control``. ``seed`` makes the
+        ``length`` is the run's length control (None: no interruptions, up to the model's context). ``seed`` makes the
         sampling reproducible. With ``weight_source``, new weights are loaded between decode steps."""
 
     def load_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:

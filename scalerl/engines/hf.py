@@ -1,16 +1,11 @@
-"""Generation engine for any Hugging Face causal LM: a manual decode loop over the model's KV cache.
+"""Generation engine for any Hugging Face causal LM: the shared decode core over the model's KV cache.
 
-What design.md asks of an engine, on top of transformers' KV cache (the ``cache`` argument; ``past_key_values``
-before transformers 5, and deprecated since, with a warning at every call: ``cache_argument`` picks the name):
-
-* temperature-1 sampling with per-token generator log-probs, from the FP32 LM head when on (§3.3);
-* interruptions (§3.8), by the shared ``scalerl.engines.runtime.LengthRuntime``: when a sequence's thinking
-  reaches its drawn budget without ``</think>`` (recognised as *text*, since a BPE tokenizer splits it into
-  several tokens), the length control's phrase is forced one token per decode step (``forced=True``, log-prob
-  0.0), then at most ``answer_budget`` more tokens follow;
-* in-flight weight updates (PipelineRL, §3.1): the weight source is polled between decode steps; new weights
-  are copied into the model's tensors in place, the KV cache computed by the old weights is kept, and every
-  token records the policy version of the forward pass that produced its distribution.
+The decode loop is ``scalerl.engines.decode``'s: temperature-1 sampling with per-token generator log-probs from the
+FP32 LM head when on (§3.2, Fig. 5b), interruptions (§2, App. A.10), in-flight weight updates that keep the KV
+cache computed by the old weights (PipelineRL, §3.1). What this engine gives it is transformers' KV cache (the
+``cache`` argument; ``past_key_values`` before transformers 5, and deprecated since, with a warning at every call:
+``cache_argument`` picks the name), the stop tokens of the model's ``generation_config``, and ``</think>``
+recognised as *text* (``engines/sequence.py``), since a BPE tokenizer splits it into several tokens.
 
 Prompts are left-padded with an attention mask, and position ids count only real tokens, so a padded
 sequence sees exactly the positions it has unpadded (the trainer's right-padded forward agrees). Each
@@ -21,17 +16,18 @@ so the per-step cost follows the live sequences only.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from scalerl.engines.base import InFlightWeights, Sample, WeightSource
-from scalerl.engines.runtime import LengthRuntime, draw, left_pad
-from scalerl.engines.sequence import stop_token_ids, think_end_detector
+from scalerl.engines.decode import DecodeEngine
+from scalerl.engines.sequence import ThinkEndDetector, stop_token_ids, think_end_detector
 from scalerl.models.base import Tokenizer
-from scalerl.models.fp32_head import set_fp32_head, token_logprobs
 from scalerl.models.hf import inner_hf_model, position_ids
+
+if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
 
 
 def cache_argument(lm: nn.Module) -> str:
@@ -40,25 +36,28 @@ def cache_argument(lm: nn.Module) -> str:
     return "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
 
 
-class HFEngine(InFlightWeights):
+class HFEngine(DecodeEngine):
     """``HFEngine(model, tokenizer, fp32_head=True)``: ``model`` is a HF causal LM or the policy wrapping one;
     ``load_weights`` takes state dicts with ``model``'s own keys (what the trainer publishes). The engine
     owns ``model``: it puts it in eval mode and sets its FP32 head on or off."""
 
     def __init__(self, model: nn.Module, tokenizer: Tokenizer, fp32_head: bool = True) -> None:
-        self.model = set_fp32_head(model.eval(), fp32_head)
+        super().__init__(model, tokenizer, fp32_head)
         self.lm = inner_hf_model(model)
-        self.tokenizer = tokenizer
-        self.version = 0
-        self.last_stats: dict[str, float] = {}
         self.stop_ids = stop_token_ids(model, tokenizer)
         self.cache_name = cache_argument(self.lm)
 
-    def _max_new(self, length: Any, prompt_len: int) -> int:
+    def _device(self) -> torch.device:
+        return next(self.lm.parameters()).device
+
+    def _max_new(self, length: LengthControl | None, prompt_len: int) -> int:
         if length is not None:
             return int(length.max_new_tokens)
         context = getattr(self.lm.config, "max_position_embeddings", None) or 2048
         return max(1, int(context) - prompt_len)
+
+    def _detector(self, length: LengthControl | None) -> ThinkEndDetector:
+        return think_end_detector(self.tokenizer, length)
 
     def _forward(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
@@ -74,58 +73,26 @@ class HFEngine(InFlightWeights):
         )
         return out.logits[:, -1], getattr(out, self.cache_name)
 
-    @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[list[int]],
-        n: int,
-        length: Any,
-        seed: int,
-        weight_source: WeightSource | None = None,
-        ignore_eos: bool = False,
-    ) -> list[list[Sample]]:
-        """``n`` samples per prompt (outer list: prompts; row ``i*n + j`` is sample ``j`` of prompt ``i``).
-        ``length``: a length-control object, or None (no interruptions, up to the model's context).
-        ``ignore_eos`` (benchmarks only) keeps sampling past EOS."""
-        device = next(self.lm.parameters()).device
-        p_max = max(len(p) for p in prompts)
-        max_new = self._max_new(length, p_max)
-        n_seq = len(prompts) * n
-        stops = () if ignore_eos else self.stop_ids
-        detect = think_end_detector(self.tokenizer, length)
-        run = LengthRuntime(length, self.tokenizer, n_seq, seed, max_new, stops, device, detect)
-
-        ids, mask = left_pad(prompts, self.tokenizer.pad_id)
-        ids, mask = ids.to(device), mask.to(device)
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, n: int, max_new: int) -> tuple[torch.Tensor, _HFKV]:
         positions = position_ids(mask)
-
-        gen = torch.Generator(device=device).manual_seed(seed)
-        self._poll(weight_source)
         logits, cache = self._forward(ids, mask, positions, None)
-        # one prefill per distinct prompt, then n copies of its cache
-        cache.batch_repeat_interleave(n)
-        logits, mask = logits.repeat_interleave(n, 0), mask.repeat_interleave(n, 0)
+        cache.batch_repeat_interleave(n)  # one prefill per distinct prompt, then n copies of its cache
         next_pos = positions[:, -1].repeat_interleave(n, 0) + 1
-        rows = torch.arange(n_seq, device=device)  # the sequence in each row of the model's batch
-        steps = 0
-        while True:
-            steps += 1
-            sampled = draw(logits, rows, n_seq, gen)
-            tok = torch.full((n_seq,), self.tokenizer.pad_id, dtype=torch.long, device=device).index_copy_(0, rows, sampled)
-            lp = torch.zeros(n_seq, dtype=torch.float32, device=device).index_copy_(
-                0, rows, token_logprobs(logits, sampled).float())
-            tok = run.step(tok, lp, self.version)
-            keep = ~run.done[rows]
-            if not bool(keep.any()):
-                break
-            if not bool(keep.all()):
-                kept = keep.nonzero().squeeze(1)
-                cache.batch_select_indices(kept)
-                rows, mask, next_pos = rows[kept], mask[kept], next_pos[kept]
-            self._poll(weight_source)
-            mask = torch.cat([mask, mask.new_ones(len(rows), 1)], dim=1)
-            logits, cache = self._forward(tok[rows][:, None], mask, next_pos[:, None], cache)
-            next_pos = next_pos + 1
+        return logits.repeat_interleave(n, 0), _HFKV(self._forward, cache, mask.repeat_interleave(n, 0), next_pos)
 
-        self.last_stats = {"steps": float(steps), "tokens": float(run.lengths.sum())}
-        return run.samples(prompts, n, self.tokenizer, self.stop_ids | {self.tokenizer.pad_id})
+
+class _HFKV:
+    """A ``KVBatch`` over a transformers cache: the attention mask so far and each row's next position id."""
+
+    def __init__(self, forward: Any, cache: Any, mask: torch.Tensor, next_pos: torch.Tensor) -> None:
+        self.forward, self.cache, self.mask, self.next_pos = forward, cache, mask, next_pos
+
+    def keep(self, kept: torch.Tensor) -> None:
+        self.cache.batch_select_indices(kept)
+        self.mask, self.next_pos = self.mask[kept], self.next_pos[kept]
+
+    def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
+        self.mask = torch.cat([self.mask, self.mask.new_ones(len(tokens), 1)], dim=1)
+        logits, self.cache = self.forward(tokens[:, None], self.mask, self.next_pos[:, None], self.cache)
+        self.next_pos = self.next_pos + 1
+        return logits

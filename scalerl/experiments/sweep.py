@@ -30,6 +30,7 @@ from scalerl.atomic import write_json
 from scalerl.config import RunConfig, config_from_run_dir
 from scalerl.errors import UserError
 from scalerl.experiments.spec import PlannedRun, Sweep
+from scalerl.timing import Stopwatch
 
 DONE = "sweep_done.json"
 INDEX = "sweep.json"
@@ -114,7 +115,7 @@ def run_one(run: PlannedRun, cfg: RunConfig, out: Path, run_fn: RunFn, show_prog
         rec.status = "done"
         rec.summary = (read_done(run_dir) or {}).get("summary", {})
         return rec
-    start = time.perf_counter()
+    watch = Stopwatch().start()
     try:
         summary = run_fn(cfg, run_dir, rec.action != "new", show_progress)
     except Exception as exc:  # noqa: BLE001 - one broken run must not stop the sweep
@@ -126,7 +127,7 @@ def run_one(run: PlannedRun, cfg: RunConfig, out: Path, run_fn: RunFn, show_prog
         write_json(run_dir / DONE, {"name": run.name, "budget": _budget(cfg), "summary": rec.summary,
                                     "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
         (run_dir / ERROR_LOG).unlink(missing_ok=True)
-    rec.seconds = time.perf_counter() - start
+    rec.seconds = watch.stop()
     return rec
 
 

@@ -35,7 +35,6 @@ run will have spent at ``max_steps``, extrapolated linearly from the compute per
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +45,7 @@ from scalerl.forecast import describe_fit, describe_trust
 from scalerl.config import ForecastConfig
 from scalerl.errors import UserError
 from scalerl.forecast import Forecaster
+from scalerl.timing import Stopwatch
 
 AXES = {"flops": "compute/flops", "device_hours": "compute/device_hours", "steps": "step"}
 log = logging.getLogger(__name__)
@@ -76,7 +76,7 @@ class ForecastCallback(TrainerCallback):
         )
         self.trainer: Trainer | None = None
         self.meter: ComputeMeter | None = None
-        self._step_start: float | None = None
+        self._step = Stopwatch()  # the running optimizer step, metered as training wall clock
         self._logging = False
         self._before_train: list[dict[str, Any]] = []  # log_history entries of evaluations before train()
         self.last: dict[str, float] = {}  # the latest forecast logged
@@ -116,12 +116,12 @@ class ForecastCallback(TrainerCallback):
         state.log_history[:0] = [e for e in self._before_train if e not in state.log_history]
 
     def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self._step_start = time.perf_counter()
+        self._step.start()
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self._step_start is not None and self.meter is not None:
-            self.meter.add_wall(time.perf_counter() - self._step_start)
-        self._step_start = None
+        seconds = self._step.stop()
+        if self.meter is not None:
+            self.meter.add_wall(seconds)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if self.meter is None and state.log_history and state.log_history[-1] not in self._before_train:

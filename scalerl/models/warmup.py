@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +23,7 @@ from scalerl.atomic import atomic_path
 from scalerl.config import WarmupConfig
 from scalerl.models.base import Tokenizer
 from scalerl.models.registry import encode_prompt  # the one place prompts are encoded
+from scalerl.timing import Stopwatch
 
 _FORMAT = 1  # bump when the warm-up procedure changes, so old cache entries are not reused
 
@@ -91,17 +91,17 @@ def warmup(
     cfg = cfg.resolved(pretrained=False)  # steps left unset: a model built here (the runner resolves per bundle)
     if cfg.steps == 0:
         return {"cached": False, "steps": 0, "seconds": 0.0}
-    t0 = time.perf_counter()
+    watch = Stopwatch().start()
     examples = _examples(task, tokenizer, encode)
     path = cache_root(cache_dir) / "warmup" / f"{_cache_key(model, tokenizer, examples, cfg, seed)}.pt"
     if cfg.cache and path.is_file():
         saved = torch.load(path, map_location="cpu", weights_only=True)
         with torch.no_grad():
             model.load_state_dict(saved["state_dict"])
-        return {**saved["stats"], "cached": True, "seconds": time.perf_counter() - t0, "path": str(path)}
+        return {**saved["stats"], "cached": True, "seconds": watch.stop(), "path": str(path)}
 
     stats = _train(model, tokenizer, examples, cfg, seed)
-    stats["seconds"] = time.perf_counter() - t0
+    stats["seconds"] = watch.stop()
     if cfg.cache:
         with atomic_path(path) as tmp:
             torch.save({"state_dict": model.state_dict(), "stats": stats}, tmp)

@@ -7,7 +7,6 @@ never touch the trainer's parameters.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from scalerl.build import build_length_control, build_model, build_task
@@ -18,6 +17,7 @@ from scalerl.models.registry import prompt_encoder
 from scalerl.rollout import Request, RolloutBatch
 from scalerl.pipeline.batch import collate
 from scalerl.tasks.grading import grade
+from scalerl.timing import Stopwatch, timed
 
 
 class GeneratorWorker:
@@ -47,39 +47,41 @@ class GeneratorWorker:
         batch with frozen weights, §3.1), split back into one ``RolloutBatch`` per request."""
         problems = [[self.problems[i] for i in r.problem_ids] for r in requests]
         flat = [p for ps in problems for p in ps]
-        t0 = time.perf_counter()
-        samples = self.engine.generate(
-            [self.encode(p.prompt) for p in flat],
-            n=self.cfg.batch.generations,
-            length=self.length,
-            seed=requests[0].seed,
-            weight_source=weight_source,
-        )
-        seconds = (time.perf_counter() - t0) / len(requests)
+        busy = Stopwatch().start()  # engine, grading, collation; shared by the k batches
+        call: dict[str, float] = {}
+        with timed(call, "generate"):
+            samples = self.engine.generate(
+                [self.encode(p.prompt) for p in flat],
+                n=self.cfg.batch.generations,
+                length=self.length,
+                seed=requests[0].seed,
+                weight_source=weight_source,
+            )
         batches, start = [], 0
         for request, ps in zip(requests, problems):
             part = samples[start : start + len(ps)]
             start += len(ps)
-            t1 = time.perf_counter()
-            # a grader that fails fails its sample (incorrect, with the reason), never the run
-            grades = [[grade(self.task, p, s.text) for s in group] for p, group in zip(ps, part)]
-            verdicts = [[g.correct for g in gs] for gs in grades]
-            t2 = time.perf_counter()
-            batch = collate(
-                request,
-                ps,
-                part,
-                verdicts,
-                pad_id=self.tokenizer.pad_id,
-                reward_correct=self.cfg.reward.correct,
-                reward_incorrect=self.cfg.reward.incorrect,
-                length_control=self.length,
-            )
-            batch.timings = {"generate": seconds, "grade": t2 - t1, "collate": time.perf_counter() - t2}
+            timings = {"generate": call["generate"] / len(requests)}
+            with timed(timings, "grade"):
+                # a grader that fails fails its sample (incorrect, with the reason), never the run
+                grades = [[grade(self.task, p, s.text) for s in group] for p, group in zip(ps, part)]
+                verdicts = [[g.correct for g in gs] for gs in grades]
+            with timed(timings, "collate"):
+                batch = collate(
+                    request,
+                    ps,
+                    part,
+                    verdicts,
+                    pad_id=self.tokenizer.pad_id,
+                    reward_correct=self.cfg.reward.correct,
+                    reward_incorrect=self.cfg.reward.incorrect,
+                    length_control=self.length,
+                )
+            batch.timings = timings
             flat = [g for gs in grades for g in gs]
             batch.ungraded = {row: g.failure for row, g in enumerate(flat) if g.failure is not None}
             batches.append(batch)
-        busy = (time.perf_counter() - t0) / len(requests)  # engine, grading, collation; shared by the k batches
+        seconds = busy.stop() / len(requests)
         for b in batches:
-            b.gen_seconds = busy
+            b.gen_seconds = seconds
         return batches

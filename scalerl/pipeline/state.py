@@ -11,7 +11,6 @@ problems with the same seeds as an uninterrupted one. The checkpoint's keys are 
 from __future__ import annotations
 
 import random
-import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from scalerl.forecast import Forecaster
 from scalerl.rollout import Request, RolloutBatch
 from scalerl.pipeline.schedules import Schedule
 from scalerl.runlog import save_checkpoint
+from scalerl.timing import Stopwatch
 
 
 def batch_seed(run_seed: int, index: int) -> int:
@@ -61,17 +61,17 @@ class RunState:
     pending: dict[int, Request] = field(default_factory=dict)
     wall_offset: float = 0.0
     ready: list[RolloutBatch] = field(default_factory=list)
-    _start: float | None = field(default=None, repr=False)
+    _clock: Stopwatch = field(default_factory=Stopwatch, repr=False, compare=False)
 
     # ------------------------------------------------------------------ the clock
 
     def start_clock(self) -> None:
         """Start (or, resumed, continue) the run's wall clock from ``wall_offset``."""
-        self._start = time.perf_counter() - self.wall_offset
+        self._clock.start()
 
     def wall(self) -> float:
         """Seconds the run has been running, over every resume."""
-        return time.perf_counter() - self._start if self._start is not None else self.wall_offset
+        return self.wall_offset + self._clock.seconds
 
     # ------------------------------------------------------------------ requests
 
