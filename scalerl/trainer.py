@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import sys
-import time
 from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +34,7 @@ from scalerl.config import AlgoConfig, OptimConfig
 from scalerl.errors import UserError
 from scalerl.models.fp32_head import enable_fp32_head, token_logprobs
 from scalerl.rollout import RolloutBatch
+from scalerl.timing import Stopwatch, timed
 
 if TYPE_CHECKING:
     from scalerl.fsdp import DataParallel
@@ -70,11 +70,10 @@ class Trainer:
         device = next(self.model.parameters()).device
         b, adv = batch.to(device), advantages.to(device)
         self.model.train()
-        t0 = time.perf_counter()
-        objective, loss, loss_stats, entropy = (self._objective if self.split is None else self._split_objective)(b, adv)
-        stats.update({f"train/{k}": float(v) for k, v in loss_stats.items()})
-        stats.update({"train/entropy": entropy, "train/adv_abs_mean": adv.abs().mean().item()})
-        self.timings["logprob_forward"] = time.perf_counter() - t0
+        with timed(self.timings, "logprob_forward"):
+            objective, loss, loss_stats, entropy = (self._objective if self.split is None else self._split_objective)(b, adv)
+            stats.update({f"train/{k}": float(v) for k, v in loss_stats.items()})
+            stats.update({"train/entropy": entropy, "train/adv_abs_mean": adv.abs().mean().item()})
         return {**stats, **self.update.apply(objective, loss, self.version, self.timings)}
 
     def _objective(self, b: RolloutBatch, adv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict, float]:
@@ -240,9 +239,9 @@ class GuardedUpdate:
         self.optimizer.zero_grad(set_to_none=True)
         if not torch.isfinite(loss):
             return self._skip(step, "loss", {"loss": float("nan"), "grad_norm": float("nan")})
-        t0 = time.perf_counter()
-        objective.backward()
-        t1 = time.perf_counter()
+        with timed(timings, "backward"):
+            objective.backward()
+        clock = Stopwatch().start()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.optim.grad_clip)
         if not math.isfinite(float(grad_norm)):
             self.optimizer.zero_grad(set_to_none=True)
@@ -262,7 +261,7 @@ class GuardedUpdate:
             return self._skip(step, "weights after the update", {"loss": loss.item(), "grad_norm": float(grad_norm)})
         self.lr_schedule.step()
         self.nonfinite_streak = 0
-        timings.update(backward=t1 - t0, optimizer=time.perf_counter() - t1)
+        timings["optimizer"] = clock.stop()
         return {"loss": loss.item(), "grad_norm": float(grad_norm), "train/nan_skipped": 0.0}
 
     def _skip(self, step: int, what: str, stats: dict[str, float]) -> dict[str, float]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
@@ -49,6 +48,7 @@ from scalerl.progress import RunDisplay
 from scalerl.runcard import write_run_card
 from scalerl.tasks.base import Problem
 from scalerl.tasks.grading import FailureWarnings, check_gradable, failure_metrics
+from scalerl.timing import Stopwatch, timed, timing_metrics
 from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
@@ -262,10 +262,11 @@ class RunLoop:
                     self.evaluate()
                     last_eval_step = state.step
                 if state.step % cfg.checkpoint_every == 0 or state.step == cfg.steps:
-                    t_ckpt = time.perf_counter()
-                    self.checkpoint()
+                    phases: dict[str, float] = {}
+                    with timed(phases, "checkpoint"):
+                        self.checkpoint()
                     last_ckpt_step = state.step
-                    self.carried = {"timing/checkpoint_s": time.perf_counter() - t_ckpt}
+                    self.carried = timing_metrics(phases)
         except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
             self.state.save(self.out, self.ranks.trainer_state(self.trainer),
                             [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
@@ -283,30 +284,30 @@ class RunLoop:
         issued = state.issue(self.schedule, trainer.version, cfg.steps, cfg.batch.prompts, cfg.seed)
         if issued:
             backend.submit(issued)
-        t0 = time.perf_counter()
-        batch = backend.next_batch(state.step)
-        t_batch = time.perf_counter()  # waiting is idle time: on the wall clock the meter charges, not busy time
+        phases: dict[str, float] = {}
+        step_clock = Stopwatch().start()
+        with timed(phases, "wait"):  # the trainer blocked for the batch (inline: the whole generation; local: what
+            batch = backend.next_batch(state.step)  # overlap left); idle time the wall clock the meter charges
+        train_clock = Stopwatch().start()
         ungraded = list(batch.ungraded.values())  # samples whose grader failed: incorrect, with the reason
         check_gradable(state.step + 1, batch.n, ungraded, cfg.faults.max_ungraded_fraction)  # before training
         if (warning := self.grader_warnings.check(state.step + 1, batch.n, ungraded)) is not None:
             print(warning, file=sys.stderr, flush=True)
         stats = self.ranks.step(trainer, batch, self.stage)
         _update_curriculum(state.curriculum, batch)
-        t_publish = time.perf_counter()
-        if trainer.version % self.schedule.group == 0:
-            backend.publish(self.ranks.weights(self.model), trainer.version)
-        timing = {f"timing/{k}_s": v for k, v in {**batch.timings, **trainer.timings}.items()}
-        # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left)
-        timing.update({"timing/wait_s": t_batch - t0, "timing/publish_s": time.perf_counter() - t_publish})
+        with timed(phases, "publish"):
+            if trainer.version % self.schedule.group == 0:
+                backend.publish(self.ranks.weights(self.model), trainer.version)
+        timing = timing_metrics(batch.timings, trainer.timings, phases)
         state.meter.add_generation(batch.gen_seconds, batch.prompt_tokens(), int(batch.completion_lengths.sum()))
-        state.meter.add_training(time.perf_counter() - t_batch, int(stats["train/tokens_kept"]))
+        state.meter.add_training(train_clock.stop(), int(stats["train/tokens_kept"]))
         state.trained()
         self.progress["trained"] = True
         record = self.row(
             stats,
             {
                 "curriculum/retired": float(state.curriculum.retired),
-                "throughput/samples_per_s": batch.n / max(time.perf_counter() - t0, 1e-9),
+                "throughput/samples_per_s": batch.n / max(step_clock.stop(), 1e-9),
                 "throughput/gen_seconds": batch.gen_seconds,
             },
             timing,
@@ -326,10 +327,11 @@ class RunLoop:
             self._evaluate()
 
     def _evaluate(self) -> None:
-        t0 = time.perf_counter()
-        self.ranks.refresh(self.eval_model, self.model)
-        res = self.evaluation(eval_seed(self.cfg.seed, self.state.step))
-        record = self.row(res, {"timing/eval_s": time.perf_counter() - t0})
+        phases: dict[str, float] = {}
+        with timed(phases, "eval"):
+            self.ranks.refresh(self.eval_model, self.model)
+            res = self.evaluation(eval_seed(self.cfg.seed, self.state.step))
+        record = self.row(res, timing_metrics(phases))
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
         record.update(self.state.forecaster.update(self.state.meter.device_hours, res["val/pass_rate"], domains))
