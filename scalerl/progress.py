@@ -3,11 +3,13 @@
 On a terminal a live rich display (a bar with the latest status beside it, evaluations printed above it);
 anywhere else (a log file, CI, ``nohup``) plain whole lines, one per step and one per evaluation, with no
 live display, no line cut at the terminal's width and no source-location column. :func:`make_console` is the
-console every command prints through, so summaries and tables read the same way in a log.
+console every command prints through, so summaries and tables read the same way in a log. The display also
+warns when the truncation rate crosses the paper's lines (:class:`TruncationMonitor`, at the end of this file).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.console import Console
@@ -15,7 +17,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from scalerl.config import RunConfig
 from scalerl.forecast import describe_record
-from scalerl.pipeline.truncation import LEVELS, TruncationMonitor
 
 PLAIN_WIDTH = 1000  # where output is not a terminal: lines are not wrapped, tables get the room they need
 
@@ -105,3 +106,43 @@ class RunDisplay:
         tiers = [(k.split("/")[2], v) for k, v in record.items() if k.startswith("val/tier/")]
         by_tier = f"  (by tier: {', '.join(f'{t} {v:.3f}' for t, v in tiers)})" if tiers else ""
         self.console.print(f"step {record['step']}: {self._val}{by_tier}", highlight=False)
+
+
+# ------------------------------------------------------------------------------------------ truncation
+# The truncation monitor (§3.8, App. A.6, A.15): the share of generations that hit the hard length cap, checked
+# against the paper's two lines.
+#
+# * **5%**: ScaleRL keeps truncations under 5% for more than 90% of its training (App. A.15); above it, the run is
+#   leaving its healthy range.
+# * **10%**: where the paper's baseline destabilised (truncations above 10-15% of generations shrink the effective
+#   batch and training does not recover, App. A.6).
+#
+# Truncated samples are left out of the loss by default (``algo.truncated``, ``pipeline/prepare.py``), so the rate
+# is also the share of the batch lost to truncation.
+
+# (threshold, what crossing it means), highest first
+LEVELS: tuple[tuple[float, str], ...] = (
+    (0.10, "above 10% the paper saw training destabilise and not recover (§3.8, App. A.6)"),
+    (0.05, "above 5%: ScaleRL keeps truncations under 5% for most of training (App. A.15)"),
+)
+
+
+def level(rate: float) -> int | None:
+    """Index into ``LEVELS`` of the highest line ``rate`` is above (None: below every line)."""
+    return next((i for i, (line, _) in enumerate(LEVELS) if rate > line), None)
+
+
+@dataclass
+class TruncationMonitor:
+    """Warns once each time the truncation rate climbs above a higher line than it was above at the last step."""
+
+    _level: int | None = None
+
+    def check(self, step: int, rate: float) -> str | None:
+        """The warning for ``rate`` at ``step``, or None when it crosses no new line."""
+        now = level(rate)
+        warn = now is not None and (self._level is None or now < self._level)
+        self._level = now
+        if not warn:
+            return None
+        return f"step {step}: {rate:.0%} of generations were truncated ({LEVELS[now][1]})"

@@ -5,7 +5,7 @@ A ``RolloutBatch`` holds one prompt group per problem, G rollouts each (the pape
 generations, §2), padded into tensors: token ids, the loss weights (1 on sampled completion tokens, 0 on prompt,
 padding and forced interruption tokens, §4 / App. A.10), the generator's log-probs π_gen and the policy version of
 every token (the staleness anchor of PipelineRL-k, §3.1), rewards and verdicts. Token ``t``'s log-prob comes from
-the logits at ``t - 1``. The pipeline builds it (``pipeline/batch.py``), the driver filters it
+the logits at ``t - 1``. The generator builds it (``pipeline/generator.py``), the driver filters it
 (``pipeline/prepare.py``) and the trainer learns from it (``trainer.py``); it imports nothing of theirs.
 """
 

@@ -163,7 +163,7 @@ def test_collate_pads_right_and_weights_only_sampled_tokens():
     from scalerl.algo.length_control import LengthControl
     from scalerl.engines.base import Sample
     from scalerl.rollout import Request
-    from scalerl.pipeline.batch import collate
+    from scalerl.pipeline.generator import collate
     from scalerl.tasks.base import Problem
 
     a = Sample([1, 5], tokens=[7, 8, 9], logprobs=[-0.5, 0.0, -1.5], versions=[3, 3, 4], forced=[False, True, False])

@@ -5,7 +5,7 @@ import io
 from rich.console import Console
 
 from scalerl.config import load_config
-from scalerl.pipeline.truncation import TruncationMonitor
+from scalerl.progress import TruncationMonitor
 from scalerl.progress import RunDisplay
 
 

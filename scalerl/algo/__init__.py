@@ -9,7 +9,7 @@ Registries (name -> implementation; the config names an entry, and its ``params`
 * ``CURRICULA`` (``curriculum.py``, §3.7): npr, uniform.
 * ``LENGTH_CONTROLS`` (``length_control.py``, §3.8): interruption, length_penalty, none.
 
-Per batch, in this order (1 in the generator's ``pipeline.batch.collate``, 2-5 in the trainer, 6 in the
+Per batch, in this order (1 in the generator's ``pipeline.generator.collate``, 2-5 in the trainer, 6 in the
 runner):
 
 1. ``length.shape_rewards(rewards, lengths, correct)`` (identity except for the length penalty);

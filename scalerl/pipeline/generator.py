@@ -1,4 +1,7 @@
-"""The generator side of the data flow: problems -> engine samples -> verifier -> a ``RolloutBatch``.
+"""The generator side of the data flow: problems -> engine samples -> verifier -> a ``RolloutBatch``
+(``collate``: rewards from the verdicts, shaped by the length control, §2 / App. A.10; loss weights 1 on sampled
+completion tokens and 0 on prompt, padding and forced interruption tokens; the generator's log-probs and the
+policy version of every token).
 
 One class serves every backend: the inline backend calls it in the trainer's process, the local backend in
 a child process, the Ray backend in an actor. It owns its own copy of the model, so in-flight weight loads
@@ -7,15 +10,18 @@ never touch the trainer's parameters.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
+import torch
+
+from scalerl.algo.length_control import LengthControl, forced_token_weights
 from scalerl.build import build_length_control, build_model, build_task
 from scalerl.config import RunConfig
-from scalerl.engines.base import WeightSource
+from scalerl.engines.base import Sample, WeightSource
 from scalerl.engines.registry import build_engine
 from scalerl.models.registry import prompt_encoder
 from scalerl.rollout import Request, RolloutBatch
-from scalerl.pipeline.batch import collate
+from scalerl.tasks.base import Problem
 from scalerl.tasks.grading import grade
 from scalerl.timing import Stopwatch, timed
 
@@ -85,3 +91,60 @@ class GeneratorWorker:
         for b in batches:
             b.gen_seconds = seconds
         return batches
+
+
+def collate(
+    request: Request,
+    problems: Sequence[Problem],
+    samples: Sequence[Sequence[Sample]],
+    verdicts: Sequence[Sequence[bool]],
+    *,
+    pad_id: int,
+    reward_correct: float,
+    reward_incorrect: float,
+    length_control: LengthControl,
+    gen_seconds: float = 0.0,
+) -> RolloutBatch:
+    flat = [s for group in samples for s in group]
+    flat_correct = [bool(c) for group in verdicts for c in group]
+    group_index = [gi for gi, group in enumerate(samples) for _ in group]
+    seq_len = max(len(s.prompt_tokens) + len(s.tokens) for s in flat)
+    n = len(flat)
+    ids_rows, lp_rows, version_rows, forced_rows, starts, ends = [], [], [], [], [], []
+    for s in flat:  # one padded Python row per field, then one tensor each (no per-row tensor calls)
+        p, c = len(s.prompt_tokens), len(s.tokens)
+        pad = seq_len - p - c
+        ids_rows.append([*s.prompt_tokens, *s.tokens, *[pad_id] * pad])
+        lp_rows.append([*[0.0] * p, *s.logprobs, *[0.0] * pad])
+        version_rows.append([*[-1] * p, *s.versions, *[-1] * pad])
+        forced_rows.append([*[False] * p, *s.forced, *[False] * pad])
+        starts.append(p)
+        ends.append(p + c)
+    position = torch.arange(seq_len)
+    attention = position < torch.tensor(ends)[:, None]
+    completion = attention & (position >= torch.tensor(starts)[:, None])
+    input_ids = torch.tensor(ids_rows, dtype=torch.long).view(n, seq_len)
+    loss_mask = forced_token_weights(torch.tensor(forced_rows, dtype=torch.bool).view(n, seq_len), completion)
+    gen_logprobs = torch.tensor(lp_rows, dtype=torch.float32).view(n, seq_len)
+    versions = torch.tensor(version_rows, dtype=torch.long).view(n, seq_len)
+    correct = torch.tensor(flat_correct, dtype=torch.bool)
+    lengths = torch.tensor([len(s.tokens) for s in flat], dtype=torch.long)
+    rewards = torch.where(correct, torch.tensor(reward_correct), torch.tensor(reward_incorrect)).float()
+    rewards = length_control.shape_rewards(rewards, lengths, correct)
+    return RolloutBatch(
+        index=request.index,
+        problem_ids=[p.id for p in problems],
+        group=torch.tensor(group_index, dtype=torch.long),
+        input_ids=input_ids,
+        attention_mask=attention,
+        loss_mask=loss_mask,
+        gen_logprobs=gen_logprobs,
+        versions=versions,
+        rewards=rewards,
+        correct=correct,
+        truncated=torch.tensor([s.truncated for s in flat], dtype=torch.bool),
+        interrupted=torch.tensor([s.interrupted for s in flat], dtype=torch.bool),
+        completion_lengths=lengths,
+        gen_seconds=gen_seconds,
+        texts=[s.text for s in flat],
+    )

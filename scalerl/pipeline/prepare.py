@@ -16,7 +16,7 @@ Registered steps (``PREP_STEPS``), run in this order by :func:`prepare` on a :cl
 
 The driver runs the stage on the whole batch (every rank alike, :func:`train_step`) and hands the trainer the kept
 sequences and their advantages; the trainer takes log-probs → loss → aggregation → optimizer step. Two pieces of per-batch work sit at the stage's ends, where their inputs are: reward shaping
-(§3.8) in ``pipeline.batch.collate``, beside the length control that generated the batch, and
+(§3.8) in ``pipeline.generator.collate``, beside the length control that generated the batch, and
 :func:`update_curriculum` (§3.7) in the driver, which owns the prompt sampler.
 """
 
