@@ -61,3 +61,56 @@ def test_bad_algo_config_is_one_line_user_error_naming_the_field(algo_cfg, messa
     assert "\n" not in str(info.value)
     with pytest.raises(UserError, match=message.split(":")[0]):
         algo.validate(AlgoConfig.model_validate(algo_cfg))  # AlgoConfig alone does not look names up
+
+
+def test_a_configured_entry_is_validated_once_and_reaches_its_implementation_as_is():
+    """One typed path (issue #30): the config holds the typed params from load; the loss, the curriculum and the
+    length control are made with those very objects, not copies re-checked on the way."""
+    cfg = build_config({"algo": {"loss": {"name": "cispo", "params": {"eps_max": 5}}}})
+    assert type(cfg.algo.loss.params).__name__ == "CISPOParams" and cfg.algo.loss.params.eps_max == 5.0
+    assert algo.build_loss(cfg.algo.loss).params is cfg.algo.loss.params
+    assert algo.build_length_control(cfg.algo.length).params is cfg.algo.length.params
+    assert algo.build_curriculum(cfg.algo.curriculum, ["a"], 0).params is cfg.algo.curriculum.params
+    # written back as what was set, so a resolved config shows the user's choices, not every default
+    assert cfg.model_dump()["algo"]["loss"] == {"name": "cispo", "params": {"eps_max": 5.0}}
+    assert cfg.model_dump()["algo"]["length"] == {"name": "interruption", "params": {}}
+
+
+@pytest.fixture
+def my_loss():
+    """A loss defined outside scalerl/schema.py, as a user would: one params class, one implementation."""
+    import torch
+
+    from scalerl import schema
+    from scalerl.algo.losses import LOSSES, Loss
+
+    class MyParams(schema.LossParams):
+        names = ("my_test_loss",)
+        clip: schema.Positive = 2.0
+
+    @LOSSES.implement
+    class MyLoss(Loss):
+        params_model = MyParams
+
+        def _terms(self, logp, ratio, adv, valid):
+            weight = torch.clamp(ratio.detach(), max=self.params.clip)
+            return -weight * adv * logp, ratio > self.params.clip, {}
+
+    yield MyLoss
+    schema.PARAMS["loss"].pop("my_test_loss")
+    LOSSES._items.pop("my_test_loss")
+
+
+def test_a_new_loss_is_one_params_class_and_one_implementation(my_loss):
+    import torch
+
+    cfg = build_config({"algo": {"loss": {"name": "my_test_loss", "params": {"clip": 3}}}})
+    loss = algo.build_loss(cfg.algo.loss)
+    assert isinstance(loss, my_loss) and loss.params.clip == 3.0
+    assert "my_test_loss" in algo.LOSSES.names()
+    logp = torch.log(torch.tensor([[0.5, 0.25]], requires_grad=True))
+    out = loss(logp, torch.log(torch.tensor([[0.1, 0.25]])), torch.tensor([1.0]), torch.ones(1, 2))
+    # ratio 5 capped at 3 on the first token, 1 on the second: -(3·log 0.5), -(1·log 0.25)
+    torch.testing.assert_close(out.per_token, -torch.tensor([[3.0, 1.0]]) * logp.detach())
+    with pytest.raises(UserError, match=r"algo\.loss\.params\.clip: must be > 0"):
+        build_config({"algo": {"loss": {"name": "my_test_loss", "params": {"clip": 0}}}})

@@ -97,7 +97,7 @@ def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Record
     class Ranks:
         world = 1
 
-        def step(self, trainer, batch):
+        def step(self, trainer, batch, stage):
             t0 = time.perf_counter()
             time.sleep(rec.T)
             rec.train.append((t0, time.perf_counter(), batch.index))
