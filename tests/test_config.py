@@ -67,7 +67,7 @@ def test_parse_override_rejects_malformed_items(item):
 def test_set_through_load_config():
     cfg = load_config(overrides=["algo.loss.name=dapo", "batch.prompts=8", "task.params.expr=a=b"])
     assert cfg.algo.loss.name == "dapo"
-    assert cfg.algo.loss.params == {}  # CISPO's eps_max does not follow the switch to DAPO
+    assert cfg.algo.loss.params.model_dump(exclude_unset=True) == {}  # CISPO's eps_max does not follow the switch
     assert cfg.batch.prompts == 8 and isinstance(cfg.batch.prompts, int)
     assert cfg.task.params == {"expr": "a=b"}
 
@@ -76,10 +76,11 @@ def test_switching_implementation_resets_params_in_any_order():
     a = load_config(overrides=["algo.loss.name=dapo", "algo.loss.params.eps_high=0.3"])
     b = load_config(overrides=["algo.loss.params.eps_high=0.3", "algo.loss.name=dapo"])
     assert a == b
-    assert a.algo.loss.params == {"eps_high": 0.3}
+    assert a.algo.loss.params.model_dump(exclude_unset=True) == {"eps_high": 0.3}
+    assert (a.algo.loss.params.eps_low, a.algo.loss.params.eps_high) == (0.2, 0.3)  # typed, DAPO's defaults filled
     # same implementation: params merge key by key
     c = load_config(overrides=["algo.length.params.think_hi=40"])
-    assert c.algo.length.params["think_hi"] == 40 and c.algo.length.params["think_lo"] == 24
+    assert c.algo.length.params.think_hi == 40 and c.algo.length.params.think_lo == 24
 
 
 def test_apply_overrides_leaves_input_alone_and_last_wins():

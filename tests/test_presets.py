@@ -54,7 +54,7 @@ def test_scalerl_preset_states_the_whole_recipe_and_matches_the_defaults():
 
 def test_grpo_deepseek():
     cfg = resolve_preset("grpo_deepseek")
-    assert (cfg.algo.loss.name, cfg.algo.loss.params) == ("grpo", {"eps_low": 0.2, "eps_high": 0.2})
+    assert (cfg.algo.loss.name, cfg.algo.loss.params.model_dump()) == ("grpo", {"eps_low": 0.2, "eps_high": 0.2})
     assert cfg.algo.aggregation == "sample" and cfg.algo.advantages.norm == "prompt"
     assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 2)
     assert not cfg.algo.zero_variance_filter and not cfg.algo.fp32_head
@@ -63,7 +63,7 @@ def test_grpo_deepseek():
 
 def test_dapo_qwen_and_its_larger_batch():
     cfg, base = resolve_preset("dapo_qwen"), resolve_preset("scalerl")
-    assert (cfg.algo.loss.name, cfg.algo.loss.params) == ("dapo", {"eps_low": 0.2, "eps_high": 0.26})
+    assert (cfg.algo.loss.name, cfg.algo.loss.params.model_dump()) == ("dapo", {"eps_low": 0.2, "eps_high": 0.26})
     assert cfg.algo.aggregation == "prompt" and cfg.algo.advantages.norm == "prompt"
     assert cfg.algo.zero_variance_filter
     assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 2)
@@ -72,8 +72,8 @@ def test_dapo_qwen_and_its_larger_batch():
     length = cfg.algo.length
     assert length.name == "length_penalty"
     # original DAPO: the soft zone is 4096 of a 20480-token L_max, and L_max is the generation cap
-    assert length.params["l_max"] == length.params["max_new_tokens"]
-    assert length.params["l_cache"] == round(length.params["l_max"] * 4096 / 20480)
+    assert length.params.l_max == length.params.max_new_tokens
+    assert length.params.l_cache == round(length.params.l_max * 4096 / 20480)
 
 
 def test_magistral_is_dapo_on_pipeline_rl():
@@ -122,7 +122,7 @@ def test_loo_variants_names_and_values():
     assert variants["loo-uniform"] == ["algo.curriculum.name=uniform"]
     assert variants["loo-8op"] == ["schedule.name=ppo_off_policy"]
     lp = resolve_variant("loo-lp").algo.length
-    assert lp.name == "length_penalty" and lp.params["l_max"] == 48 + 8  # the base's budget (test below)
+    assert lp.name == "length_penalty" and lp.params.l_max == 48 + 8  # the base's budget (test below)
     op = resolve_variant("loo-8op").schedule
     assert (op.name, op.k) == ("ppo_off_policy", resolve_preset("scalerl").schedule.k)  # same k
 
@@ -157,10 +157,10 @@ def test_loo_lp_keeps_the_base_generation_budget():
     """Issue #27 item 5, App. A.10 / Eq. 9: L_max = thinking + answer budget, L_cache = the answer budget, and
     generation capped at L_max: interruptions at 24-48 thinking tokens + 8 answer tokens -> l_max 56, l_cache 8,
     max_new_tokens 56 (dapo_qwen's own cap is 96 with the penalty from token 77)."""
-    base = resolve_preset("scalerl").algo.length.params
+    base = resolve_preset("scalerl").algo.length.params.model_dump()
     lp = resolve_variant("loo-lp").algo.length
     assert lp.name == "length_penalty"
-    assert lp.params == {"l_max": base["think_hi"] + base["answer_budget"], "l_cache": base["answer_budget"],
+    assert lp.params.model_dump(exclude_unset=True) == {"l_max": base["think_hi"] + base["answer_budget"], "l_cache": base["answer_budget"],
                          "max_new_tokens": base["think_hi"] + base["answer_budget"]} == {
         "l_max": 56, "l_cache": 8, "max_new_tokens": 56}
     # on a base with another budget the penalty follows it
