@@ -211,7 +211,7 @@ def run_trl(cfg: RunConfig, warmup_steps: int, threads: int, label: str = "TRL G
             steps_per_generation=1, gradient_accumulation_steps=1, num_iterations=1,
             max_completion_length=build_length_control(cfg).max_new_tokens,
             temperature=1.0, top_k=0, top_p=1.0, beta=0.0,
-            loss_type="cispo", epsilon_high=float(cfg.algo.loss.params.get("eps_max", 4.0)), scale_rewards="batch",
+            loss_type="cispo", epsilon_high=float(cfg.algo.loss.params.eps_max), scale_rewards="batch",
             learning_rate=o.lr, warmup_steps=o.warmup_steps, lr_scheduler_type="constant_with_warmup",
             weight_decay=o.weight_decay, adam_beta1=o.betas[0], adam_beta2=o.betas[1], adam_epsilon=o.eps,
             max_grad_norm=o.grad_clip, bf16=False, save_strategy="no", eval_strategy="no", disable_tqdm=True,
