@@ -106,8 +106,8 @@ def test_the_untaught_tier_needs_more_thinking_than_the_testbed_budget():
     assert len(hard) > 40 and len(easy) > 150 and len(hard) + len(easy) == cfg.task.n_val
     assert all(task.demonstration(p) is None for p in hard)
     working = lambda p: f"<think>{' '.join(p.meta['steps'])}"  # noqa: E731  (what the model must think)
-    assert min(len(tok.encode(working(p))) for p in hard) > think["think_hi"]
-    assert max(len(tok.encode(clean.demonstration(p).partition("</think>")[0])) for p in easy) < think["think_lo"]
+    assert min(len(tok.encode(working(p))) for p in hard) > think.think_hi
+    assert max(len(tok.encode(clean.demonstration(p).partition("</think>")[0])) for p in easy) < think.think_lo
 
 
 def test_an_operand_range_replaces_the_tiers_and_bad_tiers_are_one_line():

@@ -30,6 +30,7 @@ from typing import Any, Protocol, Sequence
 import torch
 from torch import nn
 
+from scalerl.algo.length_control import LengthControl
 from scalerl.build import build_curriculum, build_downstream, build_length_control, build_model, build_task
 from scalerl.engines.registry import check_engine
 from scalerl.compute import ComputeMeter
@@ -128,7 +129,9 @@ def _drive(
         raise
 
 
-def check_context(bundle: Any, encode: Any, task: Any, length: Any, extra: Sequence[Problem] = ()) -> None:
+def check_context(
+    bundle: Any, encode: Any, task: Any, length: LengthControl, extra: Sequence[Problem] = ()
+) -> None:
     """A UserError before anything is written when the longest prompt (of the task's splits and ``extra``, the
     downstream sets) plus the length budget does not fit the model's context (the model says so only once a
     batch reaches it, after the run has started)."""
