@@ -3,7 +3,7 @@
 Both sample at temperature 1 over the full vocabulary with a KV cache, from the same left-padded prompts (the
 built-in task's validation prompts), with the same weights (``to_hf_llama`` exports the tiny model exactly)
 and exactly ``--new`` new tokens per sequence (EOS ignored on both sides, no interruptions). Prints tokens/s
-of each and their ratio (target >= 1.5x on CPU, env_feasibility §4b), in interleaved rounds (``bench/rounds.py``)
+of each and their ratio (target >= 1.5x on CPU), in interleaved rounds (``bench/rounds.py``)
 after one untimed run of each.
 
     python bench/engine.py [--batch 64] [--new 128] [--rounds 3] [--threads N] [--d-model 128 --layers 4]

@@ -1,4 +1,4 @@
-"""How noisy is one evaluation? Evaluate one checkpoint several times with different sampling seeds (§2: the
+"""How noisy is one evaluation? Evaluate one checkpoint several times with different sampling seeds (§2.1: the
 paper's mean@16 on 1,000 prompts) and report the standard deviation between them: the standard error of one
 evaluation of that checkpoint, the noise every point of a compute-reward curve carries.
 

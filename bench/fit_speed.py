@@ -1,4 +1,4 @@
-"""Benchmark: the two fitting methods of ``scalerl.curves`` against the paper's literal procedure (§2, App. A.5).
+"""Benchmark: the two fitting methods of ``scalerl.curves`` against the paper's literal procedure (App. A.5).
 
 Naive reference, on the same curves and the same fit window:
   * the paper's procedure taken literally: A ∈ {0.450, 0.455, …, 0.800}, 100 linearly spaced Cmid ∈ [100, 40000],

@@ -1,4 +1,4 @@
-"""Measure the generator/trainer mismatch the FP32 LM head addresses (§3.3): the spread of the importance
+"""Measure the generator/trainer mismatch the FP32 LM head addresses (§3.2, Fig. 5b): the spread of the importance
 ratios ``log ρ = log π_train − log π_gen`` over the sampled tokens of one batch, with and without the FP32 head,
 with the generator in float32 and in bf16 (``engine.bf16_autocast``, as inference engines generate).
 

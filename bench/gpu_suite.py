@@ -7,7 +7,7 @@ limit so that a slow part cannot starve the rest:
    warm-up on the GPU);
 2. ``engines``: the built-in and the Hugging Face engines on real architectures at real size, randomly initialised
    from shipped configs (``bench/gpu_configs/``: SmolLM2-135M's shape, and Qwen2.5-0.5B's dimensions as a Llama),
-   generating in bf16 and in fp32, FP32 LM head on and off (§3.3): tokens/s, and |Δ log p| between the engine's
+   generating in bf16 and in fp32, FP32 LM head on and off (§3.2, Fig. 5b): tokens/s, and |Δ log p| between the engine's
    log-probs and the trainer's float32 recomputation on the same weights (mean and max over the sampled tokens);
 3. ``step``: the RL step at GPU scale on the built-in testbed (the tiny model at ~100M parameters): seconds per
    step by phase (``timing/*`` of metrics.jsonl), model FLOP utilisation against the card's dense bf16 peak, with
@@ -323,7 +323,7 @@ def part_engines(part: Part) -> None:
 
 def _measure(engine: Any, trainer: Any, prompts: list[list[int]], samples: int, length: Any) -> dict[str, float]:
     """tokens/s of one ``generate`` (after a short untimed one), and |Δ log p| of its sampled tokens against the
-    trainer's float32 recomputation (``logprob_mismatch``, §3.3)."""
+    trainer's float32 recomputation (``logprob_mismatch``, §3.2, Fig. 5b)."""
     from scalerl.algo.length_control import LengthControl
     from scalerl.engines.precision import logprob_mismatch
 

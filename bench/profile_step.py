@@ -1,7 +1,7 @@
 """Where an RL step's time goes: scalerl's ``timing/<phase>_s`` next to TRL's ``GRPOTrainer`` in the same phases.
 
 Same set-up as ``bench/rl_vs_trl.py`` (same model, batch, cap, loss, threads; see its docstring). scalerl's
-phases are the ones it logs in metrics.jsonl every step (design.md); TRL's are timed here by wrapping its
+phases are the ones it logs in metrics.jsonl every step (docs/architecture.md); TRL's are timed here by wrapping its
 own methods on the trainer instance (nothing in TRL is changed or slowed):
 
   generate         TRL ``_generate_single_turn``             scalerl ``timing/generate_s``

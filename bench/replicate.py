@@ -1,4 +1,4 @@
-"""The paper's comparisons at CPU scale (§3.1, §3.2, §3.11, §5.5) on the built-in testbed.
+"""The paper's comparisons at CPU scale (§3.1, §3.2, App. A.16, §4, Fig. 7) on the built-in testbed.
 
 Runs, for every seed: the five paper recipes (``scalerl``, ``grpo_deepseek``, ``dapo_qwen``, ``magistral``,
 ``minimax``) at equal compute (the same wall-clock budget on the same backend, so the same device-hours), ScaleRL

@@ -35,15 +35,15 @@ Identical on both sides:
   * seeds: ``seed`` of the config for both (sampling streams differ: the engines are different code).
 
 Not identical (stated, not hidden):
-  * scalerl runs the full ScaleRL recipe (§3.10): interruptions (§3.8) cut thinking at a drawn budget and force
+  * scalerl runs the full ScaleRL recipe (§4): interruptions (§2, App. A.10) cut thinking at a drawn budget and force
     the end-of-thinking phrase (those forced tokens count as completion tokens here); TRL has no interruptions.
     Compare the mean completion lengths printed: tokens/s is the length-independent figure;
-  * zero-variance filtering (§3.6) is OFF here (``algo.zero_variance_filter=false``): with it, scalerl would drop
+  * zero-variance filtering (§3.2, Fig. 6a) is OFF here (``algo.zero_variance_filter=false``): with it, scalerl would drop
     groups whose rewards are all equal from its update (and skip the optimizer step when every group is dropped,
     as happens at the warm-up policy's ~1% pass rate), while TRL trains on them with zero advantage; so every
     completion counted is trained on by both. ``--set algo.zero_variance_filter=true`` restores it; the "kept"
     column then shows the fraction scalerl trained on;
-  * loss aggregation: scalerl prompt-level (§3.4), TRL CISPO token-level; No-Positive-Resampling (§3.7) picks
+  * loss aggregation: scalerl prompt-level (§3.2, Fig. 14a), TRL CISPO token-level; No-Positive-Resampling (§3.2, Fig. 6b) picks
     scalerl's prompts, TRL shuffles; neither changes the work per step;
   * the local backend is PipelineRL-k (§3.1, the preset's k): generation overlaps training, and the generator may
     run up to k batches ahead of a slower trainer, so a window can include batches generated before it opened (at most one

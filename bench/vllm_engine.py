@@ -1,6 +1,6 @@
 """vLLM engine vs the Hugging Face engine: tokens/s and log-prob agreement with the trainer, same model.
 
-Both engines sample at temperature 1 with the FP32 LM head (§3.3; ``--no-fp32-head`` for neither) from the same prompts (the built-in task's
+Both engines sample at temperature 1 with the FP32 LM head (§3.2, Fig. 5b; ``--no-fp32-head`` for neither) from the same prompts (the built-in task's
 validation prompts through the model's chat template), with the same weights, exactly ``--new`` new tokens per
 sequence (EOS ignored on both sides, no interruptions). Prints tokens/s of each, their ratio, and for each
 engine the mean and max |log π_gen − log π_train| against one forward pass of the trainer's policy.
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=64, help="new tokens per sequence")
     rounds.add_arguments(ap)
     ap.add_argument("--no-fp32-head", dest="fp32_head", action="store_false",
-                    help="LM head in the model dtype on both sides (§3.3's ablation)")
+                    help="LM head in the model dtype on both sides (Fig. 5b's ablation)")
     args = ap.parse_args()
 
     device = resolve_device("auto")

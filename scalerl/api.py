@@ -75,7 +75,7 @@ def forecast(fit_result: FitResult, at: float | Sequence[float]) -> Array:
 
 def compare(sources: Sequence[Source], margin: float = 0.02, *, x: Any = None, y: Any = None,
             **options: Any) -> Comparison:
-    """Rank runs by the paper's rule (§2): A first; A within ``margin`` is a tie, broken by B at the tie's mean A.
+    """Rank runs by the paper's rule (App. A.5, A.8): A first; A within ``margin`` is a tie, broken by B at the tie's mean A.
     ``sources`` are fits or anything :func:`fit` reads (with the same ``x``/``y`` columns and ``options``).
 
     Each of ``Comparison.warnings`` (e.g. a run ranked by an A its data has not identified) is also raised as a

@@ -51,7 +51,7 @@ def build_task(cfg: TaskConfig) -> Task:
 
 
 def build_curriculum(cfg: RunConfig, task: Task) -> Any:
-    """The prompt sampler over ``task``'s training split (§3.7); for a mixture, one per domain, drawn by weight."""
+    """The prompt sampler over ``task``'s training split (§3.2, Fig. 6b); for a mixture, one per domain, drawn by weight."""
     from scalerl import algo
 
     if cfg.task.mix is None:
@@ -99,7 +99,7 @@ def load_exported_model(family: str, folder: Path, cfg: ModelConfig, seed: int) 
 
 
 def build_length_control(cfg: RunConfig, tokenizer: Any = None):
-    """The run's length control (§3.8). With the run's ``tokenizer``, also check that thinking budget + phrase +
+    """The run's length control (§2, App. A.10). With the run's ``tokenizer``, also check that thinking budget + phrase +
     answer budget fit in ``max_new_tokens`` (a ``UserError`` naming the fix otherwise)."""
     from scalerl import algo
 

@@ -1,4 +1,4 @@
-"""Training compute, the x-axis of the compute-reward curve (§1.1: the paper uses GPU-hours).
+"""Training compute, the x-axis of the compute-reward curve (App. A.3: the paper uses GPU-hours).
 
 The paper's GPU-hours are every device the run holds × wall clock: a device that waits still counts, which is
 why PipelineRL, which "reduces idle time" (§3.1, App. A.11), is more efficient than PPO-off-policy, whose
@@ -92,7 +92,7 @@ class ComputeMeter:
 
     @property
     def device_hours(self) -> float:
-        """Every device the run holds × the training wall clock (§1.1)."""
+        """Every device the run holds × the training wall clock (App. A.3)."""
         return self.devices * self.wall / 3600.0
 
     @property

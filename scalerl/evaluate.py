@@ -1,4 +1,4 @@
-"""Held-out evaluation: mean@n pass rate on the validation split (§2: the paper uses mean@16 on 1,000
+"""Held-out evaluation: mean@n pass rate on the validation split (§2.1: the paper uses mean@16 on 1,000
 held-out prompts every 100 steps). Every validation prompt is sampled ``n`` times at temperature 1 with the
 run's length control, and the pass rate is the mean over all samples. When the problems come in difficulty tiers
 (``meta["tier"]``, the built-in task's testbed), the pass rate of each tier is reported too
@@ -96,7 +96,7 @@ def eval_seed(run_seed: int, step: int) -> int:
 
 @dataclass
 class Evaluation:
-    """mean@n on the validation split and the downstream sets (§2, §5), with a seed per step."""
+    """mean@n on the validation split and the downstream sets (§2.1, §5), with a seed per step."""
 
     engine: Any
     encode: Any

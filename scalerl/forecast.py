@@ -1,8 +1,8 @@
-"""The live forecast (§2): after each evaluation, fit the sigmoid of Eq. 1 to validation pass rate versus
+"""The live forecast (§2.1): after each evaluation, fit the sigmoid of Eq. 1 to validation pass rate versus
 training compute so far, and report where the run is heading (``forecast/A`` with its interval, ``B``,
 ``Cmid``). At the end of a run the same fit is written to ``fit.json`` and drawn in ``curve.png``.
 
-The evaluation at zero compute is the initial reward R0 (design.md). Fitting uses ``scalerl.curves``; with
+The evaluation at zero compute is the initial reward R0 (docs/architecture.md). Fitting uses ``scalerl.curves``; with
 ``forecast.fit_from`` unset the early points are left out as ``scalerl fit`` leaves them out
 (``curves.fit.default_fit_from``, App. A.7).
 
@@ -13,8 +13,8 @@ Eq. 1 does not describe the run: a step, a fall, A below the current level). ``f
 ``trust`` object, and each prediction its 80 % band (``lo_80``, ``hi_80``).
 
 A fit that has not identified A (the run has not passed Cmid, or the interval on A is open at the top) is shown
-as a lower bound, ``A ≥ lo``: the fitted A then sits at the search's bound and is no estimate (§2: fit past Cmid
-before trusting A). ``fit.json`` also holds the paper's extrapolation check (§2, §5.5): the fit on the first half
+as a lower bound, ``A ≥ lo``: the fitted A then sits at the search's bound and is no estimate (§2.1: fit past Cmid
+before trusting A). ``fit.json`` also holds the paper's extrapolation check (§4, §5): the fit on the first half
 of the compute scored on the second half, and whether its interval on A covers the whole run's A.
 
 With a task mixture the evaluation holds one pass rate per domain (``val/<domain>/pass_rate``), and each gets

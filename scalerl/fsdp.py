@@ -1,13 +1,13 @@
 """The trainer over several ranks: torch FSDP2 (``fully_shard``) plus data parallelism (docs/scale-out.md).
 
-The paper's trainer is a data-parallel FSDP backend (π_train, §3.1 of reference/paper_spec.md). Here:
+The paper's trainer is a data-parallel FSDP backend (π_train, §2). Here:
 
 * sharding (``shard_model``): each transformer block is its own FSDP unit (its parameters, gradients and AdamW
   state live 1/N on each of N ranks and are all-gathered only while the block runs), the root takes the rest
   (embeddings, final norm, the tied LM head). Parameters become DTensors, which AdamW, gradient clipping (the
-  global norm) and the FP32 head (§3.3) handle as they are.
+  global norm) and the FP32 head (§3.2, Fig. 5b) handle as they are.
 * data parallelism (``DataParallel``): every rank holds the whole ``RolloutBatch`` and trains on its slice of
-  the prompts (whole groups). Filtering (§3.6), advantages (§3.5) and the aggregation's denominators (§3.4)
+  the prompts (whole groups). Filtering (§3.2, Fig. 6a), advantages (§3.2, Fig. 14b) and the aggregation's denominators (§3.2, Fig. 14a)
   are computed on the whole batch, so one step is the single-process step on the whole batch.
 * launch and state (``process_group``, ``Commands``, ``broadcast_batch``, ``full_state_dict``,
   ``full_trainer_state``): torchrun's ranks, rank 0's commands and batches, unsharded weights for the
@@ -246,14 +246,14 @@ class RankRows:
 
 
 class DataParallel:
-    """How a ``Trainer`` splits a step over the ranks of the default process group (§3.4, §3.5, §3.6).
+    """How a ``Trainer`` splits a step over the ranks of the default process group (§3.2, Fig. 14a, Fig. 14b, Fig. 6a).
 
     Every rank holds the whole batch and computes the filtering, the advantages and every aggregation
     denominator on it, identically; each trains on ``rows`` (its share of the prompts). The loss the ranks
     backpropagate is ``world × aggregate(terms, mask, group)`` with the other ranks' terms set to 0 by
     ``scatter``: the aggregations are linear in the per-token terms, so these sum over the ranks to the
     whole-batch loss, and FSDP's mean of the ranks' gradients is its gradient. ``gather`` assembles per-token
-    values of the whole batch (for logging: IS ratios of §3.3, entropy of §3.9) on every rank."""
+    values of the whole batch (for logging: IS ratios of ICLR App. A.19, entropy of App. A.12) on every rank."""
 
     def __init__(self) -> None:
         self.rank = dist.get_rank()
@@ -261,7 +261,7 @@ class DataParallel:
 
     @staticmethod
     def check_linear(aggregate: Callable[[Tensor, Tensor, Tensor], Tensor], name: str) -> None:
-        """Refuse an aggregation (§3.4) that is not linear in the per-token terms: its whole-batch loss would
+        """Refuse an aggregation (§3.2, Fig. 14a) that is not linear in the per-token terms: its whole-batch loss would
         not be the sum of the ranks' shares. The registered ones (prompt, sample, token) are linear."""
         gen = torch.Generator().manual_seed(0)
         a, b = torch.randn(2, 4, 6, generator=gen, dtype=torch.float64)

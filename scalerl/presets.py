@@ -1,4 +1,4 @@
-"""Presets (``configs/*.yaml``, §3.11) and the leave-one-out variants of ScaleRL (§5.5, ICLR A.20).
+"""Presets (``configs/*.yaml``, App. A.16) and the leave-one-out variants of ScaleRL (§4, Fig. 7, ICLR A.20).
 
 Presets are data; this module only reads them. A leave-one-out (LOO) variant reverts one component of a base
 recipe to the choice a prevalent recipe makes, and is expressed as ``--set`` overrides on the base:
@@ -26,7 +26,7 @@ configs), so a difference between the two runs is the component's.
   after, the penalty gets ``l_max = think_hi + answer_budget``, ``l_cache = answer_budget`` and a hard cap of
   ``l_max`` (:func:`matched_budget`), not dapo_qwen's own 96-token cap, which would let it think twice as long.
 * ``loo-fp32`` changes the head only. The FP32 head fixes a numeric mismatch between generator and trainer
-  (§3.3) that exists only when they compute in low precision: the testbed generates and trains in float32
+  (§3.2, Fig. 5b) that exists only when they compute in low precision: the testbed generates and trains in float32
   (|log ρ| mean 1.3e-7 with or without the head), where the variant has nothing to fix and the two runs differ
   by noise. To test the head in the paper's precision regime, run the whole sweep in it, base included, with
   ``--set engine.bf16_autocast=true`` (|log ρ| mean 6.3e-3 without the head against 1.1e-3 with it,
@@ -165,7 +165,7 @@ def _reverts(base_value: Any, new_value: Any) -> bool:
 
 
 def loo_variants(base: str = "scalerl") -> dict[str, list[str]]:
-    """LOO variant name -> ``--set`` overrides on preset ``base`` (§5.5 + ICLR A.20).
+    """LOO variant name -> ``--set`` overrides on preset ``base`` (§4, Fig. 7 + ICLR A.20).
 
     A variant whose component ``base`` already shares with the donor preset (e.g. ``loo-8op`` on a
     PPO-off-policy base) would change nothing and is left out."""

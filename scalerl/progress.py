@@ -109,7 +109,7 @@ class RunDisplay:
 
 
 # ------------------------------------------------------------------------------------------ truncation
-# The truncation monitor (§3.8, App. A.6, A.15): the share of generations that hit the hard length cap, checked
+# The truncation monitor (App. A.6, A.15): the share of generations that hit the hard length cap, checked
 # against the paper's two lines.
 #
 # * **5%**: ScaleRL keeps truncations under 5% for more than 90% of its training (App. A.15); above it, the run is
@@ -122,7 +122,7 @@ class RunDisplay:
 
 # (threshold, what crossing it means), highest first
 LEVELS: tuple[tuple[float, str], ...] = (
-    (0.10, "above 10% the paper saw training destabilise and not recover (§3.8, App. A.6)"),
+    (0.10, "above 10% the paper saw training destabilise and not recover (App. A.6, A.15)"),
     (0.05, "above 5%: ScaleRL keeps truncations under 5% for most of training (App. A.15)"),
 )
 

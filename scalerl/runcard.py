@@ -125,7 +125,7 @@ def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[s
     fits = (fit_doc or {}).get("fits") or []
     if not fits:
         return [f"No fit: {n_evals} evaluations were logged, and the sigmoid's four parameters need at least "
-                f"{cfg.forecast.min_points} past the fit's start (§2), and a curve they determine.", "",
+                f"{cfg.forecast.min_points} past the fit's start (§2.1), and a curve they determine.", "",
                 "Forecast trust: not available.", ""]
     lines = []
     for fit in fits:
@@ -134,10 +134,10 @@ def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[s
                      f"{describe_shape(fit, ' ' + fit['x'])} ({fit['n_points']} points, {fit.get('method', '')})")
     check = (fit_doc or {}).get("extrapolation") or {}
     if "mean_abs_err" in check:
-        lines.append(f"- Extrapolation check (§2): fitted on the first half of the compute, the curve predicts the "
+        lines.append(f"- Extrapolation check (§4, §5): fitted on the first half of the compute, the curve predicts the "
                      f"second half within mean |error| {check['mean_abs_err']:.3f} (max {check['max_abs_err']:.3f}).")
     elif check.get("note"):
-        lines.append(f"- Extrapolation check (§2): not possible: {check['note']}")
+        lines.append(f"- Extrapolation check (§4, §5): not possible: {check['note']}")
     trust = describe_trust(fits[0]) if fits[0].get("trust") else "not available"
     return lines + ["", f"Forecast trust: {trust}.", ""]
 

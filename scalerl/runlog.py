@@ -1,4 +1,4 @@
-"""The run directory (design.md contract): ``config.yaml``, ``metrics.jsonl``, ``consumed.jsonl``,
+"""The run directory (docs/architecture.md contract): ``config.yaml``, ``metrics.jsonl``, ``consumed.jsonl``,
 ``checkpoints/``, TensorBoard events, ``fit.json`` and ``curve.png``.
 
 Every metrics line is appended in one write and fsynced; checkpoints are written atomically and a

@@ -87,7 +87,8 @@ class Params(BaseModel):
         for name in cls.__dict__.get("names", ()):
             entries = PARAMS.setdefault(cls.kind, {})
             if name in entries:
-                raise ValueError(f"{cls.kind} {name!r}: parameters declared twice ({entries[name].__name__}, {cls.__name__})")
+                twice = f"{entries[name].__name__}, {cls.__name__}"
+                raise ValueError(f"{cls.kind} {name!r}: parameters declared twice ({twice})")
             entries[name] = cls
 
 
@@ -132,7 +133,7 @@ class GSPOParams(ClipParams):
     eps_high: Positive = 5e-3
 
 
-# ---------------------------------------------------------------------------------------------- curricula (§3.7)
+# ---------------------------------------------------------------------------------------------- curricula (§3.2, Fig. 6b)
 
 
 class UniformParams(CurriculumParams):
@@ -141,11 +142,11 @@ class UniformParams(CurriculumParams):
 
 class NPRParams(CurriculumParams):
     names = ("npr",)
-    threshold: Fraction = 0.9  # pass_rate(x) < 0.9 in the ScaleRL objective (§3.10)
+    threshold: Fraction = 0.9  # pass_rate(x) < 0.9 in the ScaleRL objective (§4)
     min_samples: PositiveInt = 1
 
 
-# ---------------------------------------------------------------------------------------------- length (§3.8)
+# ---------------------------------------------------------------------------------------------- length (§2, App. A.10)
 
 
 class NoLengthParams(LengthParams):
@@ -174,7 +175,7 @@ class InterruptionParams(NoLengthParams):
 
 def fits(params: Any, phrase_tokens: int) -> None:
     """The longest interrupted completion, ``think_hi + phrase + answer_budget`` tokens, must fit in
-    ``max_new_tokens``; otherwise the hard cap truncates the answer the interruption exists to allow (§3.8)."""
+    ``max_new_tokens``; otherwise the hard cap truncates the answer the interruption exists to allow (§2, App. A.10)."""
     need = params.think_hi + phrase_tokens + params.answer_budget
     if params.max_new_tokens < need:
         raise ValueError(

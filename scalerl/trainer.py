@@ -71,7 +71,8 @@ class Trainer:
         b, adv = batch.to(device), advantages.to(device)
         self.model.train()
         with timed(self.timings, "logprob_forward"):
-            objective, loss, loss_stats, entropy = (self._objective if self.split is None else self._split_objective)(b, adv)
+            objective_of = self._objective if self.split is None else self._split_objective
+            objective, loss, loss_stats, entropy = objective_of(b, adv)
             stats.update({f"train/{k}": float(v) for k, v in loss_stats.items()})
             stats.update({"train/entropy": entropy, "train/adv_abs_mean": adv.abs().mean().item()})
         return {**stats, **self.update.apply(objective, loss, self.version, self.timings)}

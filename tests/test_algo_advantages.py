@@ -1,4 +1,4 @@
-"""Advantages (§3.5) and zero-variance filtering (§3.6), hand-checked."""
+"""Advantages (§3.2, Fig. 14b) and zero-variance filtering (§3.2, Fig. 6a), hand-checked."""
 
 from __future__ import annotations
 

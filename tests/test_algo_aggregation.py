@@ -1,4 +1,4 @@
-"""Loss aggregation (§3.4): hand values and the weight invariants of prompt, sample and token averaging."""
+"""Loss aggregation (§3.2, Fig. 14a): hand values and the weight invariants of prompt, sample and token averaging."""
 
 from __future__ import annotations
 

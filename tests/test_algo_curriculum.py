@@ -1,4 +1,4 @@
-"""Prompt samplers (§3.7): epoch-wise shuffles, No-Positive-Resampling retirement, exact save/restore."""
+"""Prompt samplers (§3.2, Fig. 6b): epoch-wise shuffles, No-Positive-Resampling retirement, exact save/restore."""
 
 from __future__ import annotations
 

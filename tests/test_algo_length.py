@@ -1,4 +1,4 @@
-"""Length control (§3.8): interruption budgets, forced-token weights, the DAPO length penalty (Eq. 9)."""
+"""Length control (§2, App. A.10): interruption budgets, forced-token weights, the DAPO length penalty (Eq. 9)."""
 
 from __future__ import annotations
 

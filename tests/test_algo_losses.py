@@ -1,4 +1,4 @@
-"""Losses (§3.2, §3.10): values and gradients on hand-worked batches, checked against autograd."""
+"""Losses (§3.2, §4): values and gradients on hand-worked batches, checked against autograd."""
 
 from __future__ import annotations
 

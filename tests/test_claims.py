@@ -1,4 +1,4 @@
-"""The replicate claims (§3.1, §3.2, §5.5) on runs with known curves: pooled fits recover the parameters, and each
+"""The replicate claims (§3.1, §3.2, §4, Fig. 7) on runs with known curves: pooled fits recover the parameters, and each
 verdict follows its rule (a direction counts only when identified and every seed agrees; A beyond ±0.02)."""
 
 from __future__ import annotations

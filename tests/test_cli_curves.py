@@ -1,4 +1,4 @@
-"""``scalerl fit`` and ``scalerl compare`` end to end, in-process: JSON contract (design.md), figures, and every
+"""``scalerl fit`` and ``scalerl compare`` end to end, in-process: JSON contract (docs/architecture.md), figures, and every
 bad input as one line on stderr with exit code 2, no traceback and no output file."""
 
 import json

@@ -1,4 +1,4 @@
-"""The compute meter (§1.1, §3.1, App. A.11): every device the run holds × the training wall clock (evaluation
+"""The compute meter (App. A.3, §3.1, A.11): every device the run holds × the training wall clock (evaluation
 and checkpoint pauses left out), generation FLOPs for every generated token, training FLOPs for trained tokens
 only; the same rules for PipelineRL and PPO-off-policy."""
 

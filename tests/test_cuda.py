@@ -2,8 +2,8 @@
 ``bench/gpu_suite.py`` runs these on a GPU machine (``pytest -m gpu``):
 
 * a trainer step on CUDA gives the CPU step's loss, gradient norm and statistics on the same batch, then the same
-  second step (§3.3-§3.6 computed on the device);
-* the built-in engine on CUDA: the generator's float32 log-probs are the trainer's recomputation (FP32 head, §3.3),
+  second step (§3.2's head, aggregation, normalisation and filter on the device);
+* the built-in engine on CUDA: the generator's float32 log-probs are the trainer's recomputation (FP32 head, §3.2, Fig. 5b),
   and weights loaded from CPU tensors (what the local backend's shared-memory channel hands over, §3.1) are used;
 * FSDP2 on NCCL with one rank (``scalerl/fsdp.py``): the sharded step is the unsharded step on the same device.
 """

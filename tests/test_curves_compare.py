@@ -1,4 +1,4 @@
-"""How recipes are compared (§2): A first; within the margin, refit at the mean A and rank by B; and the figures."""
+"""How recipes are compared (App. A.5, A.8): A first; within the margin, refit at the mean A and rank by B; and the figures."""
 
 import json
 

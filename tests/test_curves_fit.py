@@ -1,4 +1,4 @@
-"""Fitting Eq. 1 (§1.1, §2): recovery of the paper's Table 1 parameters (§5.1), the extrapolation check, the
+"""Fitting Eq. 1 (§2.1): recovery of the paper's Table 1 parameters (App. A.13), the extrapolation check, the
 identification flag, agreement with scipy's curve_fit, and the API contract others rely on."""
 
 import json
@@ -61,7 +61,7 @@ def test_noisy_recovery_of_table1_parameters(row):
 
 
 def test_fit_on_first_half_predicts_the_end():
-    # §2 / §5: fit on the first half of the budget, extrapolate to the full budget
+    # §5: fit on the first half of the budget, extrapolate to the full budget
     P = TABLE1["scalerl-8b"]
     C = _compute(P.Cmid)
     end_err, mean_err = [], []

@@ -1,4 +1,4 @@
-"""Findings on the fitting procedure (§2, App. A.4, A.5, A.7): ``--method paper`` is the literal A.5 grid search,
+"""Findings on the fitting procedure (§2.1, App. A.4, A.5, A.7): ``--method paper`` is the literal A.5 grid search,
 early points are left out by default, ``compare`` refits with the runs' own method, and the power law is fitted
 and shown to be the worse extrapolator."""
 

@@ -1,4 +1,4 @@
-"""Variable projection (§1.1): the closed-form (R0, A) for fixed (B, Cmid), with the bounds 0 ≤ R0 ≤ A ≤ 1,
+"""Variable projection (Eq. 1): the closed-form (R0, A) for fixed (B, Cmid), with the bounds 0 ≤ R0 ≤ A ≤ 1,
 against a generic constrained solver and numpy's least squares."""
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""Readers for what runs leave behind (design.md): metrics.jsonl, run directories, CSV (W&B exports too) and
+"""Readers for what runs leave behind (docs/architecture.md): metrics.jsonl, run directories, CSV (W&B exports too) and
 TensorBoard events."""
 
 import json

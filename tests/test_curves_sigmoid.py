@@ -1,4 +1,4 @@
-"""Eq. 1, its inverse, its linearised form (§1.3) and the power law it tends to (App. A.4), against hand-worked values."""
+"""Eq. 1, its inverse, its linearised form (Fig. 7) and the power law it tends to (App. A.4), against hand-worked values."""
 
 import numpy as np
 import pytest
@@ -30,7 +30,7 @@ def test_inverse_round_trip_and_unreachable():
 
 
 def test_linearised_form_is_c_to_the_b():
-    # §1.3: F(R_C) = C^B on the curve, so log F against log C has slope B
+    # Fig. 7: F(R_C) = C^B on the curve, so log F against log C has slope B
     c = np.geomspace(100, 50000, 20)
     R0, A, B, Cmid = 0.3, 0.645, 1.70, 10909.0
     F = linearised(sigmoid(c, R0, A, B, Cmid), R0, A, B, Cmid)

@@ -1,6 +1,6 @@
-"""The interval on A (§2): profile likelihood with a threshold that accounts for autocorrelated evaluation noise.
+"""The interval on A (App. A.5): profile likelihood with a threshold that accounts for autocorrelated evaluation noise.
 
-Coverage is measured on the paper's ScaleRL curve (Table 1, §5.1) with 1,000-prompt × 16-sample evaluation noise
+Coverage is measured on the paper's ScaleRL curve (Table 1) with 1,000-prompt × 16-sample evaluation noise
 and AR(1) drift (φ = 0.9, sd 0.01), fitted from 1.5k-equivalent compute to the end, as the paper does."""
 
 import numpy as np

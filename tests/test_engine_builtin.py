@@ -1,5 +1,5 @@
 """The built-in engine: FP32 log-probs, reproducibility, in-flight weight updates (§3.1), interruptions and
-truncation (§3.8)."""
+truncation (§2, App. A.10)."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """HFEngine on a tiny random LlamaForCausalLM: generator log-probs, in-flight weight updates (§3.1),
-interruptions (§3.8), truncation, and the FP32 LM head's effect on importance ratios at step 0 (§3.3)."""
+interruptions (§2, App. A.10), truncation, and the FP32 LM head's effect on importance ratios at step 0 (§3.2, Fig. 5b)."""
 
 from __future__ import annotations
 
@@ -264,7 +264,7 @@ def test_load_weights_copies_in_place_and_keeps_tied_head_tied():
 
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_fp32_head_on_both_sides_gives_step0_ratios_near_one_in_bf16(attn):
-    """§3.3 / ICLR A.19: at step 0 (same weights) with the FP32 head on generator and trainer, log ρ ≈ 0.
+    """ICLR App. A.19: at step 0 (same weights) with the FP32 head on generator and trainer, log ρ ≈ 0.
 
     With matching attention kernels (eager) only the head could differ, and with FP32 on both sides
     |log ρ| < 1e-4 (measured 0.0: the same bf16 kernels give the same bits). With SDPA the CPU kernel for one

@@ -1,4 +1,4 @@
-"""The one length-control runtime (§3.8, ``scalerl/engines/runtime.py``): the built-in and the Hugging Face engines
+"""The one length-control runtime (§2, App. A.10, ``scalerl/engines/runtime.py``): the built-in and the Hugging Face engines
 drive it and interrupt at the same token for the same draws; rows advanced in any order give the lockstep
 result; and the vLLM engine's segment-by-segment driving gives the token-by-token samples.
 """

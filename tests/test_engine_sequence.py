@@ -1,5 +1,5 @@
 """The length-control state machine driven segment by segment, as the vLLM engine drives it (stop-and-continue,
-§3.8), against the same machine driven token by token, as the Hugging Face engine drives it. And the engine
+§2, App. A.10), against the same machine driven token by token, as the Hugging Face engine drives it. And the engine
 choice in the config (``engine=vllm``), which must fail in one line where vLLM cannot run.
 """
 

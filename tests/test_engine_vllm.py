@@ -117,7 +117,7 @@ def test_in_flight_update_changes_weights_mid_sequence(fp32_engine):
 
 
 def test_fp32_head_on_both_sides_tightens_the_ratios():
-    """§3.3 with a bf16 model: |log π_train − log π_gen| is smaller with the FP32 head on both sides than
+    """ICLR App. A.19 with a bf16 model: |log π_train − log π_gen| is smaller with the FP32 head on both sides than
     with it off on both sides."""
     errors = {}
     for fp32 in (True, False):

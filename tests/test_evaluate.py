@@ -1,4 +1,4 @@
-"""Held-out evaluation (§2): mean@n over every sample, and per difficulty tier when the task has tiers."""
+"""Held-out evaluation (§2.1): mean@n over every sample, and per difficulty tier when the task has tiers."""
 
 from __future__ import annotations
 

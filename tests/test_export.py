@@ -302,7 +302,7 @@ def test_demo_checks_are_whole_lines_when_captured(monkeypatch, tmp_path, capsys
              "covers_full_A": True}
     print_summary(tmp_path, {"fit": fit, "extrapolation": check})
     lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("extrapolation check (§2):") and line.rstrip().endswith("covers the full run's A")
+    assert any(line.startswith("extrapolation check (§4, §5):") and line.rstrip().endswith("covers the full run's A")
                for line in lines)  # one line of ~250 characters, not wrapped at 80
 
 

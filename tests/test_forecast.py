@@ -1,4 +1,4 @@
-"""The live forecast and fit.json (§2): an unidentified A is shown as a lower bound, never the search's bound as an
+"""The live forecast and fit.json (§2.1): an unidentified A is shown as a lower bound, never the search's bound as an
 estimate; fit.json carries the paper's extrapolation check (fit on the first half, scored on the second)."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def test_end_of_run_summary_prints_the_bound_and_the_extrapolation_check(tmp_pat
     print_summary(tmp_path, {"fit": fit, "extrapolation": {"note": "no evaluation after the first half"}})
     out = capsys.readouterr().out
     assert "A ≥ 0.40, not identified yet: the run has not passed Cmid" in out and "A = 1.000" not in out
-    assert "extrapolation check (§2): not possible: no evaluation after the first half" in out
+    assert "extrapolation check (§4, §5): not possible: no evaluation after the first half" in out
     check = {"n": 6, "mean_abs_err": 0.012, "max_abs_err": 0.025, "end_pred": 0.61, "end_true": 0.6,
              "covers_full_A": True}
     fit = {**fit, "A": 0.62, "A_ci": [0.58, 0.66], "identified": True, "fit_window": [0.01, 3.0]}

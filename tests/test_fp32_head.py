@@ -1,4 +1,4 @@
-"""FP32 LM head (§3.3): logits in float32 on a bf16 model or under bf16 autocast, tied weights intact."""
+"""FP32 LM head (§3.2, Fig. 5b): logits in float32 on a bf16 model or under bf16 autocast, tied weights intact."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_tiny_llama_with_tied_embeddings():
 
 
 def test_bf16_generation_has_a_mismatch_that_the_fp32_head_reduces():
-    """§3.3: with the generator in float32 the head changes nothing (the ablation would be the base run exactly);
+    """§3.2, Fig. 5b: with the generator in float32 the head changes nothing (the ablation would be the base run exactly);
     generating in bf16 (engine.bf16_autocast, the paper's regime, set for every arm) gives a mismatch, smaller with the FP32 head."""
     import copy
 

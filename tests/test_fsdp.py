@@ -2,8 +2,8 @@
 CPU ranks (gloo):
 
 * one data-parallel step on two ranks, each training on half of the prompts, equals the single-process step
-  on the whole batch (weights, loss and every logged statistic) for each aggregation (§3.4) with batch and
-  prompt advantage normalisation (§3.5) and zero-variance filtering (§3.6), with clipping active (global
+  on the whole batch (weights, loss and every logged statistic) for each aggregation (§3.2, Fig. 14a) with batch and
+  prompt advantage normalisation (§3.2, Fig. 14b) and zero-variance filtering (§3.2, Fig. 6a), with clipping active (global
   norm), and also when a rank is left without a prompt;
 * the trainer state of two ranks is the single-process checkpoint format, and two fresh ranks that load it
   continue exactly like a single process that loads it;
@@ -75,7 +75,7 @@ def _batch(seed: int, rewards: list[float], sizes: list[int]) -> RolloutBatch:
 def _batches(case: str) -> list[RolloutBatch]:
     if case == "stand_in":  # groups 0 and 2 have no reward variance and are filtered out
         return [_batch(1, [1, 1, 1, 1.0, 1, -1, 1, -1, -1, -1, -1], [4, 4, 3])]
-    # group 1 is filtered out (§3.6); three prompts of different sizes over two ranks
+    # group 1 is filtered out (§3.2, Fig. 6a); three prompts of different sizes over two ranks
     return [
         _batch(2, [1, -1, -1, -1.0, 1, 1, 1, 1, 1, -1, 1, -1, -1], [4, 4, 5]),
         _batch(3, [-1, -1, 1, 1.0, 1, -1, -1, 1, 1, -1, -1], [4, 4, 3]),

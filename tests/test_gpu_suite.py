@@ -58,7 +58,7 @@ def test_dry_run_writes_both_files_with_every_part_done(tmp_path):
         assert r["tokens_per_s"] > 0 and r["tokens"] == 2 * 2 * 6
         if r["dtype"] == "float32":  # the same computation on both sides, but for the kernels
             assert r["dlogp_max"] < 1e-5
-    for engine in ("builtin", "hf"):  # §3.3: generating in bf16, the FP32 head shrinks the mismatch
+    for engine in ("builtin", "hf"):  # §3.2, Fig. 5b: generating in bf16, the FP32 head shrinks the mismatch
         bf16 = {r["fp32_head"]: r["dlogp_mean"] for r in engines if r["engine"] == engine and r["dtype"] == "bfloat16"}
         assert bf16[False] > 3 * bf16[True] > 0
 

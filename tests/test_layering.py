@@ -1,4 +1,4 @@
-"""The package's shape (issue 14; /work/shared/design.md "Layout"): a config is data and validating it needs no
+"""The package's shape (issue 14; docs/architecture.md "Layout"): a config is data and validating it needs no
 torch, and the modules form layers that import only downwards, with no import cycles.
 
 Layers, lowest first (a module may import its own layer or a lower one, never a higher one):
@@ -98,7 +98,7 @@ def _layer(module: str) -> int:
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
                 best, level = len(prefix), i
-    assert level is not None, f"{module} is in no layer: add it to LAYERS (and to design.md's layout)"
+    assert level is not None, f"{module} is in no layer: add it to LAYERS (and to docs/architecture.md's Layout)"
     return level
 
 

@@ -1,4 +1,4 @@
-"""Leave-one-out sweeps (§5.5): the plan, the command end to end, and a real short LOO sweep whose report is
+"""Leave-one-out sweeps (§4, Fig. 7): the plan, the command end to end, and a real short LOO sweep whose report is
 opened in headless Chromium."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def test_plan_is_the_base_and_each_variant_with_one_component_reverted():
     assert [r.name for r in sweep.runs] == ["scalerl", *loo_variants("scalerl")]
     cfgs = sweep.configs()
     base = cfgs["scalerl"]
-    assert set(cfgs) - {"scalerl"} == set(LOO_COMPONENTS)  # all eight of §5.5 + A.20
+    assert set(cfgs) - {"scalerl"} == set(LOO_COMPONENTS)  # all eight of Fig. 7 + A.20
     for name, cfg in cfgs.items():
         assert (cfg.steps, cfg.model.d_model, cfg.name) == (7, 32, name)
         component = LOO_COMPONENTS.get(name, ("-",))[0]

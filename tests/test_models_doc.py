@@ -67,7 +67,7 @@ def needs_smollm2(command: str) -> bool:
 
 def toy(command: str, llama: Path) -> str:
     """The command as the test runs it (module docstring), with this test's Python for ``python`` and ``scalerl``."""
-    # a character-level tokenizer spells the interruption phrase (§3.8) in ~80 tokens: room for it after thinking
+    # a character-level tokenizer spells the interruption phrase (§4) in ~80 tokens: room for it after thinking
     sizes = SMOL if needs_smollm2(command) else TINY + (["algo.length.params.max_new_tokens=112"]
                                                         if PLACEHOLDER in command else [])
     command = command.replace(PLACEHOLDER, str(llama))

@@ -1,5 +1,5 @@
 """End-to-end RL on a micro model: each schedule and loss runs, the staleness bound holds on every trained
-sample, in-flight updates happen, and a run killed with SIGKILL resumes exactly (§3.1, design.md)."""
+sample, in-flight updates happen, and a run killed with SIGKILL resumes exactly (§3.1, docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -297,7 +297,7 @@ def test_diverging_run_stops_with_one_error_and_checkpoints_stay_finite(tmp_path
 @pytest.mark.parametrize("backend", ["inline", "local"])
 def test_first_batch_is_generated_with_the_warmed_up_weights(tmp_path, backend):
     """At step 0 generator and trainer hold the same (warmed-up) weights, so with the FP32 head on both sides
-    every importance ratio π_train/π_gen is 1 up to float error (§3.3)."""
+    every importance ratio π_train/π_gen is 1 up to float error (§3.2, Fig. 5b)."""
     cfg = micro(f"backend={backend}", "steps=1", "warmup.steps=10", "algo.zero_variance_filter=false", "eval.every=100")
     train(cfg, tmp_path, show_progress=False)
     (first,) = train_lines(tmp_path)

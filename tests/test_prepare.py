@@ -1,6 +1,6 @@
 """The batch-preparation stage (``scalerl/pipeline/prepare.py``, issue 14): its steps in order, and the driver's
 step (the stage, then the trainer) on a fixed batch giving the loss and gradients of the pipeline written out by hand (staleness guard §3.1,
-zero-variance filter §3.6, advantages on the kept groups §3.5, loss §3.2, aggregation §3.4) to 1e-6."""
+zero-variance filter Fig. 6a, advantages on the kept groups Fig. 14b, loss §3.2, aggregation Fig. 14a) to 1e-6."""
 
 from __future__ import annotations
 

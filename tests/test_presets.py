@@ -1,4 +1,4 @@
-"""Presets as data (§3.11), their computed differences, and the leave-one-out variants (§5.5, ICLR A.20)."""
+"""Presets as data (App. A.16), their computed differences, and the leave-one-out variants (§4, Fig. 7, ICLR A.20)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def test_dapo_qwen_and_its_larger_batch():
     assert cfg.algo.aggregation == "prompt" and cfg.algo.advantages.norm == "prompt"
     assert cfg.algo.zero_variance_filter
     assert (cfg.schedule.name, cfg.schedule.k) == ("ppo_off_policy", 2)
-    assert cfg.batch.prompts == round(base.batch.prompts * 80 / 48)  # §3.11: 80 prompts instead of 48
+    assert cfg.batch.prompts == round(base.batch.prompts * 80 / 48)  # App. A.16: 80 prompts instead of 48
     assert cfg.batch.generations == base.batch.generations
     length = cfg.algo.length
     assert length.name == "length_penalty"

@@ -65,7 +65,7 @@ def test_claims_follow_the_curves(replicated):
     assert verdicts["§3.1"] == "yes" and verdicts["§3.2"] == "yes"
     assert verdicts["§3.1, App. A.11"] == "yes" and verdicts["§5"] == "yes"
     # loo-dapo is both the DAPO of §3.2 and a LOO variant: its A 0.12 below the base breaks "LOO moves B, not A"
-    loo = next(c for c in claims if c.section == "§4, §5.5")
+    loo = next(c for c in claims if c.section == "§4, Fig. 7")
     assert loo.verdict == "no" and "loo-dapo ΔA -0.1" in loo.numbers
     saved = json.loads((out / "claims.json").read_text())
     assert [c["verdict"] for c in saved["claims"]] == [c.verdict for c in claims]

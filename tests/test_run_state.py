@@ -1,5 +1,5 @@
 """The run-state object (issue 14, item 4): one checkpoint save and one load, after which a resumed run
-is in the same state and requests the same problems with the same seeds as an uninterrupted one (§3.1, §3.7)."""
+is in the same state and requests the same problems with the same seeds as an uninterrupted one (§3.1, §3.2, Fig. 6b)."""
 
 from __future__ import annotations
 

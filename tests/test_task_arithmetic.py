@@ -92,7 +92,7 @@ def test_tiers_draw_their_shares_and_operands_and_name_each_problem():
 
 def test_the_untaught_tier_needs_more_thinking_than_the_testbed_budget():
     """The reason the default testbed's ceiling is below 1 (issue #11): every nine-operand problem's working is
-    longer than the largest thinking budget of the scalerl preset's interruption length control (§3.8), so it is
+    longer than the largest thinking budget of the scalerl preset's interruption length control (§2, App. A.10), so it is
     always cut, and the warm-up never demonstrates it; every three-operand working fits the smallest budget."""
     from scalerl.config import load_config
 

@@ -1,4 +1,4 @@
-"""Code tasks: test formats, code extraction after the thinking, grading in the sandbox (paper §4 / A.3):
+"""Code tasks: test formats, code extraction after the thinking, grading in the sandbox (App. A.3):
 correct iff every test passes; failures, timeouts and crashes are incorrect."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Math tasks: answer extraction (scalerl.tasks.answers), Math-Verify grading after the thinking (paper §4 /
-A.3), the interruption phrase (§3.8), file loading and field errors, the seeded held-out split, reasoning-gym."""
+"""Math tasks: answer extraction (scalerl.tasks.answers), Math-Verify grading after the thinking (App. A.3),
+the interruption phrase (§4), file loading and field errors, the seeded held-out split, reasoning-gym."""
 
 from __future__ import annotations
 

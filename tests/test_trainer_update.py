@@ -1,5 +1,5 @@
 """The update's forward over length buckets (trimmed padding) gives the same loss, gradients, log-probs and
-entropy as one forward over the whole right-padded batch (§3.2-§3.4 unchanged, fewer tokens computed)."""
+entropy as one forward over the whole right-padded batch (§3.2 unchanged, fewer tokens computed)."""
 
 from __future__ import annotations
 
@@ -179,7 +179,7 @@ def test_collate_pads_right_and_weights_only_sampled_tokens():
 
 
 def test_every_phase_of_a_step_is_timed_in_metrics(tmp_path):
-    """design.md: timing/<phase>_s on every step line (eval on eval lines, checkpoint after one was written)."""
+    """docs/architecture.md: timing/<phase>_s on every step line (eval on eval lines, checkpoint after one was written)."""
     from scalerl.pipeline.runner import train
     from scalerl.runlog import read_metrics
 

@@ -1,4 +1,4 @@
-"""Zero-variance filtering (§3.6) and No-Positive-Resampling (§3.7) look at correctness, not at the shaped reward:
+"""Zero-variance filtering (§3.2, Fig. 6a) and No-Positive-Resampling (§3.2, Fig. 6b) look at correctness, not at the shaped reward:
 under DAPO's length penalty an all-correct group of differing lengths has no learning signal and is dropped."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Regenerate the example inputs of docs/predict.md deterministically: validation curves of three runs whose
-expected pass rate is Eq. 1 with the paper's Table 1 parameters (§5.1), measured like the paper measures them
-(1,000 held-out prompts × 16 samples every 100 steps, §2) with slow AR(1) drift on top.
+expected pass rate is Eq. 1 with the paper's Table 1 parameters (App. A.13), measured like the paper measures them
+(1,000 held-out prompts × 16 samples every 100 steps, §2.1) with slow AR(1) drift on top.
 
     python examples/curves/make_example.py        # writes examples/curves/*.csv next to this file
 

@@ -4,16 +4,16 @@ Registries (name -> implementation; the config names an entry, and its ``params`
 ``scalerl/schema.py``, are what the implementation is made with):
 
 * ``LOSSES`` (``losses.py``, §3.2): cispo, dapo, gspo, grpo, ppo, reinforce.
-* ``AGGREGATIONS`` (``aggregation.py``, §3.4): prompt, sample, token.
-* ``ADVANTAGE_NORMS`` (``advantages.py``, §3.5): batch, prompt, none.
-* ``CURRICULA`` (``curriculum.py``, §3.7): npr, uniform.
-* ``LENGTH_CONTROLS`` (``length_control.py``, §3.8): interruption, length_penalty, none.
+* ``AGGREGATIONS`` (``aggregation.py``, §3.2, Fig. 14a): prompt, sample, token.
+* ``ADVANTAGE_NORMS`` (``advantages.py``, §3.2, Fig. 14b): batch, prompt, none.
+* ``CURRICULA`` (``curriculum.py``, §3.2, Fig. 6b): npr, uniform.
+* ``LENGTH_CONTROLS`` (``length_control.py``, §2, App. A.10): interruption, length_penalty, none.
 
 Per batch, in this order (1 in the generator's ``pipeline.generator.collate``, 2-5 in the trainer, 6 in the
 runner):
 
 1. ``length.shape_rewards(rewards, lengths, correct)`` (identity except for the length penalty);
-2. ``keep = zero_variance_mask(rewards, group)`` when ``algo.zero_variance_filter`` (§3.6), logging
+2. ``keep = zero_variance_mask(rewards, group)`` when ``algo.zero_variance_filter`` (§3.2, Fig. 6a), logging
    ``zero_variance_frac``; dropped groups leave the batch (no refill);
 3. ``compute_advantages(rewards[keep], group[keep], norm, eps)``: the batch std is therefore taken over
    the kept groups only (argued in ``advantages.py``);

@@ -1,4 +1,4 @@
-"""Advantages (§3.5, Fig. 14b): group-mean baseline, then a normalisation picked by name.
+"""Advantages (§3.2, Fig. 14b): group-mean baseline, then a normalisation picked by name.
 
 ``Â_i = r_i − mean_group(r)`` for every sequence ``i``; ``ADVANTAGE_NORMS`` then divides it:
 
@@ -10,7 +10,7 @@ Standard deviations are population stds (divide by the count), the ``std({r_j})`
 baseline and both stds are shift-invariant and scale-equivariant, ±1 and 0/1 rewards give identical
 ``batch``/``prompt`` advantages; with ``none`` the ±1 ones are twice the 0/1 ones.
 
-Order with zero-variance filtering (§3.6), which the paper leaves open: the trainer filters first and
+Order with zero-variance filtering (§3.2, Fig. 6a), which the paper leaves open: the trainer filters first and
 computes advantages on the kept groups only, so the ``batch`` std is taken *after* filtering. Dropped groups
 have ``Â = 0`` and never enter the loss; counting their zeros in the std would shrink it and inflate every
 kept advantage by an amount that depends on how many prompts happened to be all-solved or all-failed in the
@@ -52,7 +52,7 @@ def no_norm(centred: Tensor, inverse: Tensor, n_groups: int, eps: float) -> Tens
 
 
 def compute_advantages(rewards: Tensor, group: Tensor, norm: str = "batch", eps: float = 1e-6) -> Tensor:
-    """Per-sequence advantages [N] from rewards [N] and prompt ids ``group`` [N] (§3.5).
+    """Per-sequence advantages [N] from rewards [N] and prompt ids ``group`` [N] (§3.2, Fig. 14b).
 
     Call it on the sequences kept by zero-variance filtering (see the module docstring)."""
     if rewards.shape != group.shape or rewards.dim() != 1:

@@ -1,4 +1,4 @@
-"""Loss aggregation (§3.4, Fig. 14a): how per-token terms become one scalar, independent of the loss.
+"""Loss aggregation (§3.2, Fig. 14a): how per-token terms become one scalar, independent of the loss.
 
 ``AGGREGATIONS.get(name)(per_token, mask, group) -> scalar``, with ``per_token`` [N, T] (from a loss),
 ``mask`` [N, T] float token weights, ``group`` [N] long prompt index of each sequence. A token with weight
@@ -13,7 +13,7 @@
 
 A sequence (or a prompt's whole group) with zero total weight has no terms and is left out of the mean it
 would belong to, rather than counted as a 0 that dilutes the others; zero-variance filtered groups
-(§3.6) therefore drop out of ``prompt`` and ``sample`` means when the trainer zeros their weights. A batch
+(§3.2, Fig. 6a) therefore drop out of ``prompt`` and ``sample`` means when the trainer zeros their weights. A batch
 with no weighted token at all gives a 0 that is still attached to the graph.
 """
 

@@ -1,4 +1,4 @@
-"""Prompt samplers: uniform epoch-wise resampling and No-Positive-Resampling (§3.7, Fig. 6b).
+"""Prompt samplers: uniform epoch-wise resampling and No-Positive-Resampling (§3.2, Fig. 6b).
 
 ``CURRICULA.get(name)(ids, seed, **params)`` builds a stateful sampler over the training problem ids:
 
@@ -183,7 +183,7 @@ class UniformSampler(PromptSampler):
 class NPRSampler(PromptSampler):
     """No-Positive-Resampling: a prompt whose pass rate in its latest epoch is >= ``threshold`` over at least
     ``min_samples`` samples leaves the pool from the next epoch on (§3.2, Fig. 6b; ``pass_rate(x) < 0.9`` in the
-    ScaleRL objective, §3.10)."""
+    ScaleRL objective, §4)."""
 
     kind = "npr"
 

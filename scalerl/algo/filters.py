@@ -1,4 +1,4 @@
-"""Zero-variance filtering (§3.6, Fig. 6a).
+"""Zero-variance filtering (§3.2, Fig. 6a).
 
 A prompt whose G generations are all correct or all incorrect has no learning signal; ScaleRL drops such
 groups from the loss (Seed1.5-Thinking) and, unlike DAPO's dynamic sampling, does not refill the batch. The

@@ -2,8 +2,8 @@
 
 A batch holds ``N`` sequences; ``group`` [N] (long) gives the prompt each one answers. Group ids need not be
 contiguous or sorted (after zero-variance filtering some ids are gone), so every reduction first maps them
-onto ``0..n_groups-1``. Used by advantages (§3.5), zero-variance filtering (§3.6) and prompt-level loss
-aggregation (§3.4).
+onto ``0..n_groups-1``. Used by advantages (§3.2, Fig. 14b), zero-variance filtering (§3.2, Fig. 6a) and prompt-level loss
+aggregation (§3.2, Fig. 14a).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Length control (§3.8): forced interruptions (ScaleRL), the DAPO length penalty (Eq. 9), or none.
+"""Length control (§2, App. A.10): forced interruptions (ScaleRL), the DAPO length penalty (Eq. 9), or none.
 
 ``LENGTH_CONTROLS.get(name)(params)`` (its typed params, ``scalerl/schema.py``) gives an object the engine and
 the trainer read:
@@ -79,7 +79,7 @@ LENGTH_CONTROLS.implement(LengthControl)
 
 @LENGTH_CONTROLS.implement
 class Interruption(LengthControl):
-    """Forced interruptions (GLM-4.1V / Qwen3 style, ScaleRL §3.8): each sequence draws a thinking budget
+    """Forced interruptions (GLM-4.1V / Qwen3 style, §2, App. A.10): each sequence draws a thinking budget
     uniformly from the integers in [think_lo, think_hi] (the paper: 10k–12k); when its thinking reaches the
     budget without ``</think>``, the engine forces ``phrase`` and allows ``answer_budget`` more tokens.
     Rewards are not shaped."""
@@ -87,7 +87,7 @@ class Interruption(LengthControl):
     params_model = schema.InterruptionParams
 
     def check_fits(self, phrase_tokens: int) -> None:
-        """``schema.fits``: the longest interrupted completion must fit in ``max_new_tokens`` (§3.8);
+        """``schema.fits``: the longest interrupted completion must fit in ``max_new_tokens`` (§2, App. A.10);
         ``phrase_tokens`` is the phrase's length under the run's tokenizer."""
         schema.fits(self.params, phrase_tokens)
 

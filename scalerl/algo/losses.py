@@ -1,4 +1,4 @@
-"""Policy-gradient losses (§3.2, §3.10): per-token terms, registered by name in ``LOSSES``.
+"""Policy-gradient losses (§3.2, §4): per-token terms, registered by name in ``LOSSES``.
 
 A loss is configured by its typed params (``scalerl/schema.py``, e.g. ``CISPOParams``). Calling it::
 
@@ -15,7 +15,7 @@ A loss is configured by its typed params (``scalerl/schema.py``, e.g. ``CISPOPar
 Every importance ratio is anchored on the generator: ρ = π_train / π_gen (Eq. 2). With one optimizer step per
 batch the trainer's own "old" log-probs equal its current ones, so a ratio against them would stay 1 and
 neither CISPO's cap nor PPO's clip would ever fire; π_gen carries the real off-policyness (stale weights under
-PipelineRL-k, kernel mismatch without the FP32 head, §3.3).
+PipelineRL-k, kernel mismatch without the FP32 head, §3.2, Fig. 5b).
 
 ``LossOutput.per_token`` holds the terms to *minimise* (negated objective), unweighted and exactly 0 where
 ``mask`` is 0; the aggregation (``scalerl.algo.aggregation``) applies the weights and averages.
@@ -124,7 +124,7 @@ class Loss(schema.Configured, ABC):
 
 @LOSSES.implement
 class CISPOLoss(Loss):
-    """CISPO (Eq. 4, §3.10): ``−sg(min(ρ, ε_max)) · Â · log π_train`` per token.
+    """CISPO (Eq. 4, §4): ``−sg(min(ρ, ε_max)) · Â · log π_train`` per token.
 
     Truncated importance sampling on top of REINFORCE: the weight is capped from above only (no lower
     truncation, A.17.2) and carries no gradient, so no token's gradient is ever dropped, only down-weighted.

@@ -1,7 +1,7 @@
 """The prompt sampler of a task mixture (``task.mix``): batches drawn across domains by weight (§5).
 
 Each domain keeps its own curriculum (``algo.curriculum``: No-Positive-Resampling retires a prompt on its own
-history, per prompt, as in a single-task run, §3.7). For batch ``b`` the sampler draws the domain of each of
+history, per prompt, as in a single-task run, §3.2, Fig. 6b). For batch ``b`` the sampler draws the domain of each of
 its ``n`` prompts independently with probabilities ``weight_d(b) / sum weight(b)`` from a generator seeded with
 ``(seed, b)``, then takes that many ids from each domain's curriculum, in the order drawn. So the batch index
 and the domains' curricula *are* the state: a resumed run draws exactly the prompts of an uninterrupted one.

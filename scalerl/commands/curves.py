@@ -1,7 +1,7 @@
 """``scalerl fit`` and ``scalerl compare``: the predictive framework of §1–§2 on the command line.
 
 ``fit`` fits Eq. 1 to each PATH, prints A (with its interval), B, Cmid and the extrapolation check, and can write
-``--json`` (design.md's format) and a ``--plot``. ``compare`` ranks runs by the paper's rules (A first; within
+``--json`` (docs/architecture.md's format) and a ``--plot``. ``compare`` ranks runs by the paper's rules (A first; within
 ``--margin``, B at a shared A). Imports of numpy/scipy/matplotlib happen inside the commands.
 """
 
@@ -278,7 +278,7 @@ def fit(
     cmid_grid: Optional[str] = CMID_GRID_OPTION,
     bounds: bool = BOUNDS_OPTION,
     level: float = LEVEL_OPTION,
-    as_json: bool = typer.Option(False, "--json", help="Print the fits as JSON (design.md format) instead of a table."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fits as JSON (docs/architecture.md format) instead of a table."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Write a figure (.png, .svg, .pdf)."),
 ) -> None:
     """Fit Eq. 1, R = R0 + (A − R0)/(1 + (Cmid/C)^B), to each PATH and extrapolate it (§1–§2)."""
@@ -306,7 +306,7 @@ def compare(
     y: str = Y_OPTION,
     fit_from: Optional[float] = FROM_OPTION,
     fit_until: Optional[str] = UNTIL_OPTION,
-    margin: float = typer.Option(0.02, "--margin", help="A values within this margin are tied and ranked by B (§2)."),
+    margin: float = typer.Option(0.02, "--margin", help="A values within this margin are tied and ranked by B (App. A.5)."),
     method: str = METHOD_OPTION,
     model: str = MODEL_OPTION,
     a_grid: Optional[str] = A_GRID_OPTION,
@@ -316,7 +316,7 @@ def compare(
     as_json: bool = typer.Option(False, "--json", help="Print the ranking as JSON instead of a table."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Overlay figure of all fits."),
     slope_plot: Optional[Path] = typer.Option(
-        None, "--slope-plot", metavar="FILE", help="Linearised figure, log F(R) vs log C at the mean A (§1.3)."
+        None, "--slope-plot", metavar="FILE", help="Linearised figure, log F(R) vs log C at the mean A (Fig. 7)."
     ),
 ) -> None:
     """Rank runs by the paper's rules: A first; runs within --margin are refit at their mean A and ranked by B."""
@@ -358,7 +358,7 @@ def _print_comparison(result: Any) -> None:
     from scalerl.curves.fit import format_compute as _c
     from scalerl.curves.plot import short_name
 
-    table = Table(title=f"Ranking (§2): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
+    table = Table(title=f"Ranking (App. A.5, A.8): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
     cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A",
             "beats ruler")
     for col in cols:

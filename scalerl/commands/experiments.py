@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         prune: bool = typer.Option(False, "--prune", help=PRUNE_HELP),
         margin: float = typer.Option(0.02, "--margin", help=MARGIN_HELP),
     ) -> None:
-        """Leave-one-out ablations (§5.5): the base and each variant on one budget, fit on the first half of
+        """Leave-one-out ablations (§4, Fig. 7): the base and each variant on one budget, fit on the first half of
         each run's compute, checked on the second half, ranked by the paper's rules in an HTML report."""
         from scalerl.experiments.loo import loo_sweep
 

@@ -1,5 +1,5 @@
-"""``scalerl presets``: the recipes of §3.11 and how they differ from ScaleRL, and the leave-one-out variants
-of §5.5; ``--show NAME`` prints one fully resolved config as YAML."""
+"""``scalerl presets``: the recipes of App. A.16 and how they differ from ScaleRL, and the leave-one-out variants
+of Fig. 7; ``--show NAME`` prints one fully resolved config as YAML."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def presets(
         lines = [f"{path}: {_fmt(a)} -> {_fmt(b)}" for path, a, b in diff]
         add_row(table, name, description, "\n".join(lines) or "(same)")
 
-    loo = Table(title=f"Leave-one-out variants of {base} (§5.5): scalerl loo --base {base}", show_lines=True)
+    loo = Table(title=f"Leave-one-out variants of {base} (§4, Fig. 7): scalerl loo --base {base}", show_lines=True)
     loo.add_column("variant", style="bold", no_wrap=True)
     loo.add_column("reverts")
     loo.add_column("--set overrides")

@@ -168,12 +168,12 @@ def print_summary(out: Path, summary: dict) -> None:
                   False: "the half fit's interval on A misses the full run's A",
                   None: "no interval check: the half fit or the full run has not identified A"}[check["covers_full_A"]]
         console.print(
-            f"extrapolation check (§2): fitted on the first half of the compute, the curve predicts the second half "
+            f"extrapolation check (§4, §5): fitted on the first half of the compute, the curve predicts the second half "
             f"within mean |error| {check['mean_abs_err']:.3f}, max {check['max_abs_err']:.3f} ({check['n']} "
             f"evaluations; last: predicted {check['end_pred']:.3f}, observed {check['end_true']:.3f}); {covers}"
         )
     elif check:
-        console.print(f"extrapolation check (§2): not possible: {check['note']}")
+        console.print(f"extrapolation check (§4, §5): not possible: {check['note']}")
     console.print(f"wrote {out / 'fit.json'}, {out / 'curve.png'} and the run card {out / 'README.md'}")
 
 

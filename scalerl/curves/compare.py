@@ -1,4 +1,4 @@
-"""How recipes are compared (§2, §1.3; App. A.5, A.8).
+"""How recipes are compared (App. A.5, A.8; Fig. 7).
 
 1. Rank by the asymptote A: a higher ceiling wins.
 2. A values within the error margin (±0.02 in the paper, from three repeated runs) are treated as equal. Such
@@ -20,7 +20,7 @@ import numpy as np
 from scalerl.curves.fit import FitResult, fit_curve
 from scalerl.errors import UserError
 
-DEFAULT_MARGIN = 0.02  # §2 / App. A.5: the error margin on A
+DEFAULT_MARGIN = 0.02  # App. A.5: the error margin on A
 
 
 def refit_at(fit: FitResult, A: float) -> FitResult:

@@ -1,4 +1,4 @@
-"""The paper's extrapolation check (§2, §5.5): fit Eq. 1 on the first half of a run's compute and score the
+"""The paper's extrapolation check (§4, §5): fit Eq. 1 on the first half of a run's compute and score the
 fitted curve on the evaluations of the second half (the paper fits 8k GPU-h and extrapolates to 16k).
 
 It answers the question a user asks of a forecast: had I stopped at half the budget, how far off would the
@@ -15,7 +15,7 @@ import numpy as np
 from scalerl.curves.fit import FitResult, fit_curve
 from scalerl.curves.series import FitError
 
-HALF = 0.5  # the fraction of the compute fitted (8k of 16k GPU-h in §5.5)
+HALF = 0.5  # the fraction of the compute fitted (8k of 16k GPU-h in §4)
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
 """Fit Eq. 1 to a measured curve and extrapolate it: the paper's predictive framework (§1, §2).
 
 :func:`fit_curve` is the one entry point (the CLI, ``compare``, the trainer's live forecast and the report all
-call it). It selects the fit window, fixes R0 to the reward measured at compute 0 when there is one (design.md;
-the paper's "initial reward at 0 training compute", §1.1), runs the chosen method, puts a confidence interval
+call it). It selects the fit window, fixes R0 to the reward measured at compute 0 when there is one (docs/architecture.md;
+the paper's "initial reward at 0 training compute", ICLR §2), runs the chosen method, puts a confidence interval
 on A (:mod:`.uncertainty`), flags an unidentified asymptote, and scores the held-out tail after the window —
-the paper's extrapolation check (§2: fit on the first part, predict the rest).
+the paper's extrapolation check (§4, §5: fit on the first part, predict the rest).
 
 Raises :class:`~scalerl.curves.series.FitError` (a ``UserError``) when the data cannot be fitted; a
 caller fitting while data is still arriving should catch exactly that.
@@ -174,7 +174,7 @@ def format_compute(v: float) -> str:
 def default_fit_from(
     x: Sequence[float] | Array, fit_until: float | None = None, y: Sequence[float] | Array | None = None
 ) -> float:
-    """Where a fit starts when the user does not say: the early-point exclusion of §2 / App. A.7.
+    """Where a fit starts when the user does not say: the early-point exclusion of §2.1 / App. A.7.
 
     The paper leaves out the first ~1.5k of 16k GPU-h (about the first epoch), where the reward rises almost
     linearly and is noisiest relative to its change; larger cutoffs left too few points. The same share,
@@ -270,9 +270,9 @@ def fit_curve(
 
     ``fit_from``/``fit_until`` bound the window in compute units (``fit_from`` None: :func:`default_fit_from`,
     the paper's early-point exclusion; 0: from the first evaluation); ``fit_until_fraction`` (0 < f ≤ 1) sets it to a
-    fraction of the largest compute instead (the paper fits the first half and predicts the end, §2). R0 is fixed
+    fraction of the largest compute instead (the paper fits the first half and predicts the end, §5). R0 is fixed
     to the mean reward at compute 0 when there is such a point (or to ``R0`` if given), otherwise fitted. ``A``
-    fixes the asymptote (the comparison rule of §2 refits runs at a shared A). With ``bounded``,
+    fixes the asymptote (the comparison rule of App. A.5 refits runs at a shared A). With ``bounded``,
     ``0 ≤ R0 ≤ A ≤ 1``. ``model`` "power" fits App. A.4's power law instead of Eq. 1; ``a_grid``/``cmid_grid``
     replace the grid-search method's grids. Raises :class:`FitError` when the data cannot be fitted."""
     xa, ya = np.asarray(x, dtype=float).ravel(), np.asarray(y, dtype=float).ravel()
@@ -460,7 +460,7 @@ def _fit_power(p: vp.Problem, source: str) -> tuple[vp.Params, float, Any, tuple
     A is never called identified (a fixed A is given, not estimated)."""
     w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
     R0 = p.R0 if p.R0 is not None else float("nan")
-    # the Cmid of the sigmoid with this tail (D = (A − R0)·Cmid^B, §1.2), when R0 is known
+    # the Cmid of the sigmoid with this tail (D = (A − R0)·Cmid^B, App. A.4), when R0 is known
     Cmid = (w.D / (w.A - R0)) ** (1 / w.B) if w.A > R0 and w.D > 0 else float("nan")
     q = vp.Params(R0, w.A, w.B, float(Cmid), w.sse)
     at_bound = p.bounded and p.A is None and w.A >= 1.0 - 1e-9

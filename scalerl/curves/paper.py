@@ -1,4 +1,4 @@
-"""The paper's fitting procedure (``--method paper``, §2 and App. A.5), made fast.
+"""The paper's fitting procedure (``--method paper``, §2.1 and App. A.5), made fast.
 
 The paper grid-searches ``A ∈ {0.450, 0.455, …, 0.800}`` and 100 linearly spaced ``Cmid ∈ [100, 40000]``, fits B
 with ``scipy.optimize.curve_fit`` at every grid point, and keeps the grid point with the lowest squared error.

@@ -1,5 +1,5 @@
 """Figures in the paper's style (Fig. 1, 2, 7): reward against log compute with the fitted Eq. 1 curves, and the
-linearised form ``log F(R)`` against ``log C`` whose slope is B (§1.3).
+linearised form ``log F(R)`` against ``log C`` whose slope is B (Fig. 7).
 
 Measured points inside the fit window are filled; points excluded from the fit (the early regime) and held-out
 points after the window are hollow. The fitted curve is solid over the window and dashed where it extrapolates;
@@ -110,7 +110,7 @@ def plot_fits(
 
 
 def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str | None = None) -> None:
-    """§1.3 / Fig. 7: ``log F(R)`` against ``log C`` for each fit (pass fits refitted at a common A, as the paper
+    """Fig. 7: ``log F(R)`` against ``log C`` for each fit (pass fits refitted at a common A, as the paper
     does for its leave-one-out runs); each fitted curve is the line ``F = C^B``, so steeper is more efficient."""
     from matplotlib.figure import Figure
 

@@ -1,4 +1,4 @@
-"""Variable projection for Eq. 1 (§1.1): for fixed (B, Cmid), the sigmoid is *linear* in (R0, A).
+"""Variable projection for Eq. 1 (§2.1): for fixed (B, Cmid), the sigmoid is *linear* in (R0, A).
 
 ``R(C) = R0·(1 − s) + A·s`` with ``s = efficiency(C; B, Cmid)``, so the best (R0, A) for a given (B, Cmid) is a
 2-variable least-squares problem with a closed-form answer, also under the bounds ``0 ≤ R0 ≤ A ≤ 1`` of a bounded

@@ -1,4 +1,4 @@
-"""Read a compute–reward series from what training runs leave behind (design.md "PATH may be ...").
+"""Read a compute–reward series from what training runs leave behind (docs/architecture.md "PATH may be ...").
 
 Supported: scalerl's own ``metrics.jsonl`` (flat keys, one object per line; lines without the requested keys,
 such as non-evaluation steps, are skipped; a truncated last line is skipped), a run directory (its

@@ -1,4 +1,4 @@
-"""A measured compute–reward series and the checks it must pass before Eq. 1 is fitted to it (§2).
+"""A measured compute–reward series and the checks it must pass before Eq. 1 is fitted to it (§2.1).
 
 Data problems raise :class:`FitError`, a :class:`~scalerl.errors.UserError`: the CLI prints it as one line
 and exits with code 2, and a caller that fits while training (the live forecast) catches it and carries on.

@@ -1,8 +1,8 @@
-"""The compute–reward laws of the paper: the sigmoid of Eq. 1, its inverse, its linearised "slope" form (§1.3),
-and the power law it reduces to at high compute (App. A.4, §1.2).
+"""The compute–reward laws of the paper: the sigmoid of Eq. 1, its inverse, its linearised "slope" form (Fig. 7),
+and the power law it reduces to at high compute (App. A.4).
 
 All functions are numpy-vectorised and take compute ``C ≥ 0``. ``C = 0`` is the start of training: the sigmoid
-gives exactly ``R0`` there (design.md: "a compute value of 0 with a reward is the initial reward R0").
+gives exactly ``R0`` there (docs/architecture.md: "a compute value of 0 with a reward is the initial reward R0").
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def sigmoid_inverse(r: ArrayLike, R0: float, A: float, B: float, Cmid: float) ->
 
 
 def linearised(r: ArrayLike, R0: float, A: float, B: float, Cmid: float) -> Array:
-    """§1.3: ``F(R) = Cmid^B / ((A − R0)/(R − R0) − 1)``, which equals ``C^B`` on the curve, so ``log F`` against
+    """Fig. 7: ``F(R) = Cmid^B / ((A − R0)/(R − R0) − 1)``, which equals ``C^B`` on the curve, so ``log F`` against
     ``log C`` is a line of slope B. NaN where R is not strictly between R0 and A (F is undefined there)."""
     r = np.asarray(r, dtype=float)
     f = (r - R0) / (A - R0) if A != R0 else np.full_like(r, np.nan)
@@ -66,5 +66,5 @@ def power_law(c: ArrayLike, A: float, D: float, B: float) -> Array:
 
 
 def power_law_from_sigmoid(R0: float, A: float, B: float, Cmid: float) -> tuple[float, float, float]:
-    """The high-compute power law ``(A, D, B)`` that Eq. 1 approaches: ``D = (A − R0)·Cmid^B`` (§1.2)."""
+    """The high-compute power law ``(A, D, B)`` that Eq. 1 approaches: ``D = (A − R0)·Cmid^B`` (App. A.4)."""
     return A, (A - R0) * Cmid**B, B

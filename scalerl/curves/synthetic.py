@@ -1,6 +1,6 @@
-"""Synthetic validation curves with the paper's parameters (Table 1, §5.1) and a realistic evaluation noise (§2).
+"""Synthetic validation curves with the paper's parameters (Table 1) and a realistic evaluation noise (§2.1).
 
-The paper evaluates mean@16 on 1,000 held-out prompts every 100 steps (§2). A simulated evaluation here draws,
+The paper evaluates mean@16 on 1,000 held-out prompts every 100 steps (§2.1). A simulated evaluation here draws,
 at each compute, 16 Bernoulli samples for each of 1,000 prompts whose pass probabilities differ by a fixed
 per-prompt difficulty (a logit offset), calibrated so that the *mean* pass probability equals Eq. 1 exactly.
 On top, a slow drift of the policy (an AR(1) in reward, φ ≈ 0.9) makes consecutive evaluations correlated, as
@@ -27,7 +27,7 @@ class CurveParams:
     Cmid: float
 
 
-# Table 1 (§5.1): Cmid in GPU-hours, B, A. R0 is not reported; 0.30 is an assumed starting pass rate.
+# Table 1 (App. A.13): Cmid in GPU-hours, B, A. R0 is not reported; 0.30 is an assumed starting pass rate.
 TABLE1: dict[str, CurveParams] = {
     "scalerl-8b": CurveParams(0.30, 0.610, 1.92, 2542.0),
     "scalerl-32k": CurveParams(0.30, 0.645, 1.89, 11272.0),

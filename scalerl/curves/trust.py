@@ -1,4 +1,4 @@
-"""The forecast scalerl reports, its interval, and how far to trust it (§2's extrapolation check, run by the curve on
+"""The forecast scalerl reports, its interval, and how far to trust it (the extrapolation check of §4 and §5, run by the curve on
 its own history).
 
 Eq. 1 (A, B, Cmid) is what ``compare`` ranks; this module only decides what to *predict* for the evaluations after

@@ -1,6 +1,6 @@
-"""A confidence interval on the asymptote A that stays honest when evaluation noise is autocorrelated (§2).
+"""A confidence interval on the asymptote A that stays honest when evaluation noise is autocorrelated (App. A.5).
 
-The paper puts an empirical ±0.02 margin on A from three repeated runs (§2, App. A.5). For a single run this
+The paper puts an empirical ±0.02 margin on A from three repeated runs (App. A.5). For a single run this
 module gives a **profile-likelihood interval with a correlation-aware threshold**:
 
 1. *Profile.* For each candidate A, refit the other parameters with A held fixed (variable projection makes this

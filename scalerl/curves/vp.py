@@ -1,4 +1,4 @@
-"""The default fitter (``--method vp``): variable projection over (B, Cmid) for Eq. 1 (§1.1, §2).
+"""The default fitter (``--method vp``): variable projection over (B, Cmid) for Eq. 1 (§2.1).
 
 For fixed (B, Cmid) the best (R0, A) has a closed form (:mod:`.projection`), so the search is only
 two-dimensional: a vectorised log-spaced grid over (B, Cmid) finds the basin, and ``scipy.optimize.least_squares``

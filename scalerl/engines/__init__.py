@@ -1,2 +1,2 @@
-"""Generation engines (design.md): ``builtin`` (plain-torch KV-cache sampler for the tiny model, the CPU
+"""Generation engines (docs/architecture.md): ``builtin`` (plain-torch KV-cache sampler for the tiny model, the CPU
 default) and engines for Hugging Face models. All satisfy ``scalerl.engines.base.Engine``."""

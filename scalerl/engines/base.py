@@ -1,8 +1,8 @@
-"""What a generation engine does (design.md, engines/).
+"""What a generation engine does (docs/architecture.md, engines/).
 
 An engine samples ``n`` completions per prompt at temperature 1, records for every completion token the
-generator's log-probability (from the FP32 head when on, §3.3) and the policy version it was sampled under,
-applies interruptions (§3.8), and can take new weights *between decode steps* while sequences are
+generator's log-probability (from the FP32 head when on, §3.2, Fig. 5b) and the policy version it was sampled under,
+applies interruptions (§2, App. A.10), and can take new weights *between decode steps* while sequences are
 mid-generation, keeping its KV cache (in-flight weight updates, PipelineRL §3.1).
 """
 

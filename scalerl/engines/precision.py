@@ -1,4 +1,4 @@
-"""The generator's numeric precision (§3.3): inference engines generate in bf16, the trainer recomputes the
+"""The generator's numeric precision (§3.2, Fig. 5b): inference engines generate in bf16, the trainer recomputes the
 log-probs in its own precision, and the two disagree; that mismatch is what the FP32 LM head exists to reduce.
 
 ``engine.bf16_autocast: true`` runs a native engine's ``generate`` under bf16 autocast (the counterpart of the

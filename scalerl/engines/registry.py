@@ -40,7 +40,7 @@ NATIVE_ENGINES.register("hf")(_hf)
 
 
 def native_engine(bundle: "ModelBundle", model: Any = None, fp32_head: bool = True) -> Any:
-    """The model family's own engine around ``model`` (default: the bundle's policy), FP32 head on or off (§3.3)."""
+    """The model family's own engine around ``model`` (default: the bundle's policy), FP32 head on or off (§3.2, Fig. 5b)."""
     factory = NATIVE_ENGINES.get(bundle.family, "model family")
     return factory(bundle.model if model is None else model, bundle.tokenizer, fp32_head)
 
@@ -65,7 +65,7 @@ def _native(bundle: "ModelBundle", cfg: "RunConfig") -> Any:
 
     bundle.model.to(resolve_device(cfg.device))
     engine = native_engine(bundle, fp32_head=cfg.algo.fp32_head)
-    if cfg.engine.bf16_autocast:  # generate in bf16 as inference engines do (§3.3; engines/precision.py)
+    if cfg.engine.bf16_autocast:  # generate in bf16 as inference engines do (§3.2, Fig. 5b; engines/precision.py)
         from scalerl.engines.precision import Bf16Generation
 
         engine = Bf16Generation(engine)

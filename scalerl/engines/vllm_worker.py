@@ -26,7 +26,7 @@ class ScaleRLWorkerExtension:
         return len(state)
 
     def scalerl_head_dtype(self) -> str:
-        """The dtype the LM head computes in (``float32`` with the FP32 head, §3.3)."""
+        """The dtype the LM head computes in (``float32`` with the FP32 head, §3.2, Fig. 5b)."""
         model = self.model_runner.model  # type: ignore[attr-defined]
         return str(model.logits_processor.head_dtype).removeprefix("torch.")
 

@@ -1,10 +1,10 @@
 """What the report says about a set of runs, computed with ``scalerl.curves`` (fitting, interval, ranking).
 
-For every run directory: the Eq. 1 fit on all its evaluations with the interval on A (§1.1, §2), the held-out
-extrapolation check (refit on the first half of its compute, scored on the second half: §2, §5.5), the reward
+For every run directory: the Eq. 1 fit on all its evaluations with the interval on A (Eq. 1, App. A.5), the held-out
+extrapolation check (refit on the first half of its compute, scored on the second half: §4, §5), the reward
 predicted at 2× and 10× its compute, and its training diagnostics; every run's fit starts at the same absolute
 compute (``experiments/cutoff.py``). Across runs: the ranking by the paper's rule
-and the refits at a common A for the linearised figure (``curves.compare_fits``, §2, §1.3). A run that cannot be
+and the refits at a common A for the linearised figure (``curves.compare_fits``, App. A.5, Fig. 7). A run that cannot be
 analysed is kept as :class:`Skipped` with the reason, and the others are still analysed.
 """
 

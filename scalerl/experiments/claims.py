@@ -2,14 +2,14 @@
 verdict per claim, "yes", "no" or "inconclusive", with the numbers it rests on.
 
 A recipe's seeds are pooled into one Eq. 1 fit (every evaluation of every seed, R0 the mean reward at zero
-compute), which gives A with its interval and B (§2). A claim's direction counts only when the pooled fits are
+compute), which gives A with its interval and B (§2.1). A claim's direction counts only when the pooled fits are
 identified and every seed, fitted alone, shows the same direction; differences in A count only beyond the
-paper's margin of 0.02 (§2: A within ±0.02 is a tie). Efficiency is compared as the paper does (§2, §1.3):
+paper's margin of 0.02 (App. A.5: A within ±0.02 is a tie). Efficiency is compared as the paper does (App. A.5, Fig. 7):
 both curves refitted at their common A, then the compute to reach the midpoint (``Cmid``) and the slope ``B``.
 
 Claims checked: PipelineRL is more efficient than PPO-off-policy (§3.1), also where generation and training
 overlap (App. A.11); CISPO and GSPO reach a higher A than DAPO (§3.2); the leave-one-out components move
-efficiency (B) more than the asymptote (§4, §5.5); a longer generation budget reaches a higher A, more slowly (§5).
+efficiency (B) more than the asymptote (§4, Fig. 7); a longer generation budget reaches a higher A, more slowly (§5).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from scalerl import curves
 if TYPE_CHECKING:
     from scalerl.experiments.analysis import RunAnalysis
 
-MARGIN = 0.02  # §2: runs whose A differ by less than this are tied
+MARGIN = 0.02  # App. A.5: runs whose A differ by less than this are tied
 EFFICIENCY = ("PipelineRL is more efficient than PPO-off-policy", "§3.1")
 HIGHER_A = ("CISPO and GSPO reach a higher A than DAPO", "§3.2")
-LOO_B_NOT_A = ("Leave-one-out components move B more than A", "§4, §5.5")
+LOO_B_NOT_A = ("Leave-one-out components move B more than A", "§4, Fig. 7")
 EFFICIENCY_OVERLAP = ("PipelineRL is more efficient than PPO-off-policy, generation and training overlapping "
                       "(local backend)", "§3.1, App. A.11")
 LONGER_BUDGET = ("A longer generation budget reaches a higher A, more slowly", "§5")
@@ -79,7 +79,7 @@ def seeds_A(fits: list[curves.FitResult]) -> str:
 
 @dataclass(frozen=True)
 class Forecast:
-    """One run's half-budget check (§2): the fit on the first half of its compute against what followed."""
+    """One run's half-budget check (§4, §5): the fit on the first half of its compute against what followed."""
 
     name: str
     end_pred: float | None  # the half fit's prediction of the last evaluation ...
@@ -109,7 +109,7 @@ FORECAST_COLUMNS = ["run", "forecast of the end (from half)", "observed end", "|
 
 def forecast_check(run: RunAnalysis) -> Forecast:
     """The half-budget forecast of a run's final pass rate and whether the half's A interval covered the full
-    run's A (the paper's extrapolation check, §2), from the report's analysis of the run (no second fit)."""
+    run's A (the paper's extrapolation check, §4, §5), from the report's analysis of the run (no second fit)."""
     full, check = run.fit, run.heldout
     lo = full.A_ci[0] if full.A_ci is not None else None
     if check is None:
@@ -186,7 +186,7 @@ def higher_A_claim(candidates: list[Pooled], dapo: Pooled) -> Claim:
 
 
 def loo_claim(base: Pooled, variants: list[Pooled]) -> Claim:
-    """§4/§5.5: every leave-one-out variant's A is within the margin of the base's, while efficiency (B at the
+    """§4, Fig. 7: every leave-one-out variant's A is within the margin of the base's, while efficiency (B at the
     common A) moves by more than the base's own seed-to-seed spread for at least one of them. "no" when some
     variant's A moves beyond the margin; "inconclusive" when nothing moves or a fit is not identified."""
     spread = max((abs(math.log(a.B / b.B)) for a in base.seeds for b in base.seeds), default=0.0)
@@ -231,12 +231,12 @@ def claims_html(recipes: list[Pooled], claims: list[Claim], forecasts: list[Fore
     checks = _table(FORECAST_COLUMNS, [([_esc(c) for c in f.row()], "") for f in forecasts], text=(0, 7))
     return (
         "<h2>Recipes, seeds pooled</h2>" + fits
-        + '<p class="note">One Eq. 1 fit per recipe over every evaluation of its seeds (§2).</p>'
+        + '<p class="note">One Eq. 1 fit per recipe over every evaluation of its seeds (§2.1).</p>'
         + "<h2>Paper claims at this scale</h2>" + table
         + '<p class="note">A direction counts only when the fits are identified and every seed agrees; differences'
-        f" in A only beyond ±{MARGIN:g} (§2). Otherwise: inconclusive.</p>"
+        f" in A only beyond ±{MARGIN:g} (App. A.5). Otherwise: inconclusive.</p>"
         + ("<h2>Predictability: each run forecast from its first half</h2>" + checks
            + '<p class="note">Eq. 1 fitted on the first half of each run\'s compute, its prediction of the last '
-           "evaluation against the measured one, and whether that fit's 95% interval on A held the full run's A (§2)."
+           "evaluation against the measured one, and whether that fit's 95% interval on A held the full run's A (§4, §5)."
            "</p>" if forecasts else "")
     )

@@ -1,4 +1,4 @@
-"""One absolute fit cutoff for every run of one comparison (§2, App. A.7).
+"""One absolute fit cutoff for every run of one comparison (§2.1, App. A.7).
 
 The paper leaves out the early points of its fits at one compute for all the runs it compares (the first ~1.5k of
 16k GPU-h). A cutoff taken as a fraction of each run's own compute (``curves.default_fit_from``) cuts a run that

@@ -1,8 +1,8 @@
 """The report's own figure (per-run training diagnostics over time) and PNG embedding for offline HTML.
 
 The fit overlay and the linearised-slope figure come from ``scalerl.curves``; this module only draws what the
-curves package does not know about: the signals the paper says to watch during a run (§3.8 truncation rate,
-§3.1 staleness, §3.6 zero-variance fraction, §3.7 retired prompts, §3.9 entropy).
+curves package does not know about: the signals the paper says to watch during a run (App. A.15 truncation rate,
+§3.1 staleness, Fig. 6a zero-variance fraction, Fig. 6b retired prompts, App. A.12 entropy).
 """
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-TRUNCATION_ALARM = 0.10  # §3.8 / A.6: above 10-15% truncations, training destabilises
+TRUNCATION_ALARM = 0.10  # App. A.6, A.15: above 10-15% truncations, training destabilises
 
 # (title, [(metrics key, line style)], reference line or None)
 PANELS: tuple[tuple[str, tuple[tuple[str, str], ...], float | None], ...] = (
     ("validation pass rate", (("val/pass_rate", "-o"),), None),
-    ("truncation rate (§3.8)", (("train/truncation_rate", "-"),), TRUNCATION_ALARM),
+    ("truncation rate (App. A.15)", (("train/truncation_rate", "-"),), TRUNCATION_ALARM),
     ("staleness: mean ─, max ┄ (§3.1)", (("train/staleness_mean", "-"), ("train/staleness_max", ":")), None),
-    ("zero-variance fraction (§3.6)", (("train/zero_var_frac", "-"),), None),
-    ("retired prompts (§3.7)", (("curriculum/retired", "-"),), None),
-    ("policy entropy (§3.9)", (("train/entropy", "-"),), None),
+    ("zero-variance fraction (§3.2, Fig. 6a)", (("train/zero_var_frac", "-"),), None),
+    ("retired prompts (§3.2, Fig. 6b)", (("curriculum/retired", "-"),), None),
+    ("policy entropy (App. A.12)", (("train/entropy", "-"),), None),
 )
 DIAGNOSTIC_KEYS = tuple(key for _, lines, _ in PANELS for key, _ in lines)
 

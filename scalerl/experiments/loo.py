@@ -1,8 +1,8 @@
-"""Leave-one-out (LOO) ablations of ScaleRL (§5.5, Fig. 7; ICLR A.20) as a sweep.
+"""Leave-one-out (LOO) ablations of ScaleRL (§4, Fig. 7; ICLR A.20) as a sweep.
 
 The base recipe and every variant that reverts one of its components (``scalerl.presets.loo_variants``) run on
 the same budget; each is then fitted on the first half of its compute and checked on the second half (the
-paper fits on 8k GPU-h and extrapolates to 16k, §2 "Extrapolation check (LOO)"), which the report shows.
+paper fits on 8k GPU-h and extrapolates to 16k, §4 "Extrapolating Scaling Curves"), which the report shows.
 The paper's reading: all LOO variants reach a similar A (within ±0.02) and differ in efficiency (B, Cmid).
 """
 
@@ -53,5 +53,5 @@ def loo_sweep(
     runs.update({name: list(items) for name, items in variants.items() if not only or name in only})
     return make_sweep(
         runs, base=base, extra=[*budget_overrides(budget_steps, minutes, hours), *overrides],
-        source=f"loo --base {base}", description=f"Leave-one-out ablations of {base} (§5.5)",
+        source=f"loo --base {base}", description=f"Leave-one-out ablations of {base} (§4, Fig. 7)",
     )

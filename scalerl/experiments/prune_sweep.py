@@ -1,7 +1,7 @@
 """``scalerl sweep --prune`` and ``scalerl loo --prune``: a sweep run in rungs of compute, each run stopped once its
 forecast says it cannot win (paper §1, the third principle; the rule is :mod:`scalerl.experiments.pruning`).
 
-Every run has a compute budget on the curves' x-axis, ``max_device_hours`` (device-hours, §1.1, counted by
+Every run has a compute budget on the curves' x-axis, ``max_device_hours`` (device-hours, App. A.3, counted by
 :mod:`scalerl.compute`). The sweep advances in rungs (``pruning.RUNGS``: 1/8, 1/4, 1/2 and all of each run's
 budget): at rung ``f`` every live run is brought to ``f`` × its budget (the runner stops at the first step whose
 compute reaches ``max_device_hours``, evaluates and checkpoints there; the next rung resumes it from that checkpoint

@@ -2,17 +2,17 @@
 
 What it shows, each piece from the paper:
 
-* the compute–reward points of every run with its fitted Eq. 1 curve and the extrapolation past its compute (§1.1);
+* the compute–reward points of every run with its fitted Eq. 1 curve and the extrapolation past its compute (§2.1);
 * a table of A with its interval, B, Cmid, R0, and the held-out extrapolation error: each run refitted on the first
-  half of its compute and checked against the measured second half (§2, §5.5: fit on 8k GPU-h, check at 16k);
+  half of its compute and checked against the measured second half (§4: fit on 8k GPU-h, check at 16k);
 * the ranking by the paper's rules: A first; runs within the margin (±0.02) are tied, refitted at their mean A
-  and ranked by B (§2 "How recipes are compared");
-* the linearised form ``log F(R)`` against ``log C`` at a common A, whose slopes are B (§1.3, Fig. 7);
+  and ranked by B (App. A.5, A.8);
+* the linearised form ``log F(R)`` against ``log C`` at a common A, whose slopes are B (Fig. 7);
 * the reward each fit predicts at 2× and 10× the run's compute;
 * with a task mixture (§5): one curve and fit per domain, side by side (a single-domain run of the same report
   beside its domain), and the downstream sets beside the overall validation curve;
-* training diagnostics over time: truncation rate (§3.8), staleness (§3.1), zero-variance fraction (§3.6),
-  retired prompts (§3.7), entropy (§3.9);
+* training diagnostics over time: truncation rate (App. A.15), staleness (§3.1), zero-variance fraction (§3.2, Fig. 6a),
+  retired prompts (§3.2, Fig. 6b), entropy (App. A.12);
 * for a pruned sweep (``--prune``, §1's third principle): the compute each run got against its budget, where and why
   a run was stopped with the numbers that decided (its outlook, the leader's lower end, the margin), and the
   sweep's compute against the unpruned budget.
@@ -233,7 +233,7 @@ def render(a: Analysis, figures: dict[str, str], extra: str = "") -> str:
 <h2>Compute–reward curves</h2>
 {fig("curves", "measured points, fitted sigmoids and extrapolations of every run")}
 <p class="note">Eq. 1, R(C) = R0 + (A − R0) / (1 + (Cmid/C)^B), fitted to every run; the dashed part extrapolates
-to 10× the run's compute. A higher A raises the ceiling; a higher B and a smaller Cmid reach it sooner (§1.1).</p>
+to 10× the run's compute. A higher A raises the ceiling; a higher B and a smaller Cmid reach it sooner (§2.1, App. A.8).</p>
 <h2>Fitted parameters</h2>
 {_fits_table(a.runs)}
 {_domains_section(a, figures.get("domains", ""))}
@@ -242,24 +242,24 @@ evaluation noise (scalerl.curves); “open” means the data do not bound that e
 run has not passed Cmid, so A is not pinned down yet.</p>
 <h2>Held-out extrapolation check</h2>
 {_heldout_table(a.runs)}
-<p class="note">As in §2 and §5.5 (fit up to 8k GPU-h, check at 16k): each run is refitted on the first half of
+<p class="note">As in §4 (fit up to 8k GPU-h, check at 16k): each run is refitted on the first half of
 its compute, and that curve is scored on the evaluations of the second half it did not see.</p>
 <h2>Ranking</h2>
 {_ranking_table(a)}
 {"".join(f'<p class="note">⚠ {_esc(w)}</p>' for w in a.warnings)}
-<p class="note">The paper's rule (§2): compare A first; A values within ±{a.margin:g} are treated as equal,
+<p class="note">The paper's rule (App. A.5, A.8): compare A first; A values within ±{a.margin:g} are treated as equal,
 those runs are refitted with their mean A, and the higher B ranks first. Shaded rows are ties.</p>
 <h2>Linearised slopes at a common A</h2>
 {fig("slopes", "log F(R) against log C at a common A")}
-<p class="note">§1.3 (Fig. 7): with A fixed, F(R) = Cmid^B / ((A − R0)/(R − R0) − 1) equals C^B on the curve,
+<p class="note">Fig. 7: with A fixed, F(R) = Cmid^B / ((A − R0)/(R − R0) − 1) equals C^B on the curve,
 so log F(R) against log C is a line whose slope is B. Steeper is more compute-efficient.</p>
 <h2>Predicted reward at 2× and 10× compute</h2>
 {_forecast_table(a.runs)}
 <h2>Diagnostics over training</h2>
 {fig("diagnostics", "truncation rate, staleness, zero-variance fraction, retired prompts and entropy per step")}
 {_diagnostics_table(a.runs)}
-<p class="note">Truncation rate above {TRUNCATION_ALARM:.0%} (red) destabilised the paper's runs (§3.8, A.6);
-entropy falls in every run and does not predict performance (§3.9).</p>
+<p class="note">Truncation rate above {TRUNCATION_ALARM:.0%} (red) destabilised the paper's runs (App. A.6, A.15);
+entropy falls in every run and does not predict performance (App. A.12).</p>
 </body></html>
 """
 

@@ -1,8 +1,8 @@
-"""Sweep specs: a YAML file naming a set of runs over one base preset (scaling axes §5.6, ablations §3, LOO §5.5).
+"""Sweep specs: a YAML file naming a set of runs over one base preset (scaling axes §5, ablations §3, LOO Fig. 7).
 
 Format::
 
-    description: "batch size axis (§5.6)"        # optional, shown in the report
+    description: "batch size axis (§5)"        # optional, shown in the report
     base: scalerl                                 # preset every run starts from (default scalerl)
     set: [steps=40, eval.every=5]                 # overrides common to every run
     runs:                                         # either named runs, each with its own overrides ...

@@ -1,4 +1,4 @@
-"""Synthetic run directories: a ``metrics.jsonl`` shaped like the runner's (design.md contract) whose validation
+"""Synthetic run directories: a ``metrics.jsonl`` shaped like the runner's (docs/architecture.md contract) whose validation
 pass rate follows Eq. 1 with the paper's evaluation noise (``scalerl.curves.synthetic``).
 
 Used to exercise sweeps and reports without training (tests, docs): :class:`SyntheticRunFn` is a drop-in

@@ -25,7 +25,7 @@ Compute axes:
   non-embedding parameter count: the convention of HF's ``floating_point_ops``. When no tokens are counted, the
   trainer's own ``state.total_flos``.
 * ``device_hours``: seconds spent inside training steps (evaluation excluded) × ``args.world_size`` / 3600, the
-  paper's GPU-hours (§1.1), metered by :class:`scalerl.compute.ComputeMeter`.
+  paper's GPU-hours (App. A.3), metered by :class:`scalerl.compute.ComputeMeter`.
 * ``steps``: ``state.global_step``.
 
 ``pred_at_budget`` is the forecast reward (``FitResult.forecast``) at ``budget`` (a compute on the chosen axis); by default the compute the

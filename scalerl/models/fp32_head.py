@@ -1,4 +1,4 @@
-"""FP32 LM head (§3.3): compute the output logits, and hence the log-probs, in float32.
+"""FP32 LM head (§3.2, Fig. 5b): compute the output logits, and hence the log-probs, in float32.
 
 The generator and the trainer run different kernels, so their token probabilities differ slightly and the
 importance-sampling ratio ``π_train / π_gen`` is perturbed. Following MiniMax-M1, ScaleRL computes the LM head
@@ -78,7 +78,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
     ``logits[..., i, :]`` must be the distribution ``tokens[..., i]`` was drawn from (shift before calling).
     No upcast happens here on purpose: with the FP32 head off and a bf16 model the log-probs really are
-    bf16-rounded, which is the generator/trainer mismatch §3.3 is about; with the head on they are float32.
+    bf16-rounded, which is the generator/trainer mismatch §3.2 (Fig. 5b) is about; with the head on they are float32.
     """
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits {tuple(logits.shape)} do not match tokens {tuple(tokens.shape)}")

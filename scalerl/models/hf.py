@@ -14,8 +14,8 @@ transformers is imported lazily, so importing this module (which registers the n
 
 The policy wraps the HF model so the trainer sees ``forward(input_ids, attention_mask) -> logits`` with
 position ids derived from the mask (left or right padding), and ``get_output_embeddings()`` for the FP32 LM
-head (§3.3, ``scalerl.models.fp32_head``), which leaves a tied head tied. Generation goes through
-``scalerl.engines.hf.HFEngine`` (KV cache, interruptions §3.8, in-flight weight updates §3.1).
+head (§3.2, Fig. 5b, ``scalerl.models.fp32_head``), which leaves a tied head tied. Generation goes through
+``scalerl.engines.hf.HFEngine`` (KV cache, interruptions App. A.10, in-flight weight updates §3.1).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def format_prompt(tokenizer: Any, text: str, system: str | None = None, think: b
     """``text`` as a user turn through the tokenizer's chat template, ending with the assistant header
     (``add_generation_prompt=True``). ``think=True`` asks for reasoning inside ``<think>...</think>`` (appended to
     the system message) and opens the ``<think>`` block, so the completion is thinking, ``</think>``, answer;
-    an over-long thought is cut by the engine's interruption (§3.8). A tokenizer without a chat template gets
+    an over-long thought is cut by the engine's interruption (§2, App. A.10). A tokenizer without a chat template gets
     the plain text (system message first)."""
     hf = getattr(tokenizer, "hf", tokenizer)
     if think:

@@ -4,7 +4,7 @@ RMSNorm, rotary position embeddings, SwiGLU MLP, no biases, tied input/output em
 exactly to ``transformers.LlamaForCausalLM`` (:func:`to_hf_llama`), so what is trained here runs anywhere
 Llama runs. Query/key/value and gate/up projections are fused (fewer kernel launches per decode step); the
 export splits them. Generation uses a preallocated KV cache (:meth:`TinyLM.new_cache`, :meth:`TinyLM.prefill`,
-:meth:`TinyLM.decode_step`), which keeps per-token overhead low for tiny models (env_feasibility §4b).
+:meth:`TinyLM.decode_step`), which keeps per-token overhead low for tiny models.
 Position ids come from the attention mask, so left- and right-padded batches give the same logits for their
 real tokens as unpadded sequences.
 """
@@ -196,7 +196,7 @@ class TinyLM(nn.Module):
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, ids: torch.Tensor, group: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """A training forward that runs each prompt once for all the sequences that continue it (a group of
-        samples, §3.10's update): prompts [G, P] left-padded (prompt_mask True on real tokens); continuations
+        samples, §4's update): prompts [G, P] left-padded (prompt_mask True on real tokens); continuations
         ids [N, C] right-padded, row i continuing prompt ``group[i]``. Returns the logits at each prompt's last
         token [G, V] and at every continuation position [N, C, V]: for the real tokens, the values (and
         gradients) of ``forward`` on each whole sequence, at the prompt tokens' share of the work once per group."""

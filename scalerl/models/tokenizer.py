@@ -1,7 +1,7 @@
 """The built-in tokenizer: printable ASCII characters plus a few multi-character tokens.
 
 Small enough for a tiny model's embedding, general enough for any plain-text task. The multi-character tokens
-are the thinking delimiters and the words of the ScaleRL interruption phrase (paper_spec §3.8, "Okay, time is
+are the thinking delimiters and the words of the ScaleRL interruption phrase (§4, App. A.10, "Okay, time is
 up. Let me stop thinking and formulate a final answer now. </think>"), so a forced interruption costs ~16
 tokens instead of ~80 characters. Encoding is greedy longest match; ``decode(encode(s)) == s`` for every string
 of printable ASCII and newlines. The vocabulary is fixed, so ids are stable and there is nothing to save.
@@ -19,7 +19,7 @@ PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 THINK, END_THINK = "<think>", "</think>"
 INTERRUPTION_PHRASE = "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
 
-# Words of the phrase and of its variants (§3.8: A.10 drops "now"; the ICLR text says "an answer"), each with
+# Words of the phrase and of its variants (§4: A.10 drops "now"; the ICLR text says "an answer"), each with
 # its leading space, as BPE vocabularies do. Listed explicitly so the id order never changes.
 _WORDS = (
     "Okay,", " Okay,", " time", " is", " up.", " Let", " me", " stop", " thinking", " and", " formulate",

@@ -10,14 +10,15 @@ Registered steps (``PREP_STEPS``), run in this order by :func:`prepare` on a :cl
    out of the loss, alone, not with its group; it still counts in ``train/truncation_rate`` (measured on the whole
    batch). ``truncated: train`` keeps it, trained with the incorrect reward (a hidden length penalty);
 3. ``zero_variance``: when ``algo.zero_variance_filter`` is on, groups whose *kept* generations are all correct
-   or all incorrect are dropped, no refill (§3.6); correctness, not the shaped reward, decides;
-4. ``advantages``: group-mean baseline and the configured normalisation on the kept sequences only (§3.5; the
-   batch std is therefore taken after filtering, argued in ``algo/advantages.py``).
+   or all incorrect are dropped, no refill (§3.2, Fig. 6a); correctness, not the shaped reward, decides;
+4. ``advantages``: group-mean baseline and the configured normalisation on the kept sequences only (§3.2,
+   Fig. 14b; the batch std is therefore taken after filtering, argued in ``algo/advantages.py``).
 
 The driver runs the stage on the whole batch (every rank alike, :func:`train_step`) and hands the trainer the kept
-sequences and their advantages; the trainer takes log-probs → loss → aggregation → optimizer step. Two pieces of per-batch work sit at the stage's ends, where their inputs are: reward shaping
-(§3.8) in ``pipeline.generator.collate``, beside the length control that generated the batch, and
-:func:`update_curriculum` (§3.7) in the driver, which owns the prompt sampler.
+sequences and their advantages; the trainer takes log-probs → loss → aggregation → optimizer step. Two pieces of
+per-batch work sit at the stage's ends, where their inputs are: reward shaping (§2, App. A.10) in
+``pipeline.generator.collate``, beside the length control that generated the batch, and :func:`update_curriculum`
+(§3.2, Fig. 6b) in the driver, which owns the prompt sampler.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def truncation(p: Prepared, cfg: StageConfig) -> None:
 @PREP_STEPS.register("zero_variance")
 def zero_variance_filter(p: Prepared, cfg: StageConfig) -> None:
     b = p.batch
-    if cfg.zero_variance_filter:  # correctness, not shaped reward (§3.6), of the sequences still kept
+    if cfg.zero_variance_filter:  # correctness, not shaped reward (§3.2, Fig. 6a), of the sequences still kept
         kept = p.keep.clone()
         p.keep[kept] = algo.zero_variance_mask(b.correct[kept], b.group[kept])
     p.stats["train/zero_var_frac"] = algo.zero_variance_frac(b.correct, b.group)
@@ -148,8 +149,8 @@ def train_step(trainer: "Trainer", batch: RolloutBatch, stage: StageConfig) -> d
 
 
 def update_curriculum(curriculum: Any, batch: RolloutBatch) -> None:
-    """The prompt sampler's pass counts from this batch (§3.7): every group, before filtering (an all-correct
-    group is exactly what No-Positive-Resampling must see), by correctness, not shaped reward."""
+    """The prompt sampler's pass counts from this batch (§3.2, Fig. 6b): every group, before filtering (an
+    all-correct group is exactly what No-Positive-Resampling must see), by correctness, not shaped reward."""
     for gi, pid in enumerate(batch.problem_ids):
         sel = batch.group == gi
         curriculum.update(pid, int(batch.correct[sel].sum()), int(sel.sum()))

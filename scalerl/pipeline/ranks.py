@@ -7,7 +7,7 @@ trainer through a ``Ranks`` object:
 * ``Solo`` (no torchrun, or ``WORLD_SIZE=1``): the plain single-process calls, unchanged.
 * ``Leader`` (rank 0 of N): before each collective it sends the other ranks a command (``fsdp.Commands``),
   then takes part in it; the trainer is sharded with FSDP2 and data-parallel (``fsdp.DataParallel``), so a
-  step is the single-process step on the whole batch (§3.4-§3.6 computed on the whole batch).
+  step is the single-process step on the whole batch (§3.2's aggregation, normalisation and filter on the whole batch).
 * ``follow`` (ranks 1..N-1): wait for rank 0's commands and do their part, writing and printing nothing.
 
 When rank 0 stops (budget reached, an error, Ctrl-C) it sends ``stop`` with its exit code, and the other
@@ -120,7 +120,7 @@ def sharded_trainer(model: nn.Module, cfg: RunConfig, weights: dict, state: dict
 
 
 class Leader(Solo):
-    """Rank 0 of several: the trainer (the paper's FSDP π_train, §3.1) is sharded over every rank; each
+    """Rank 0 of several: the trainer (the paper's FSDP π_train, §2) is sharded over every rank; each
     collective is announced to the other ranks first."""
 
     def __init__(self, device: torch.device) -> None:

@@ -1,4 +1,4 @@
-"""Generator actors on a Ray cluster: ``backend: ray`` (§3.1; design.md ``pipeline/``; docs/scale-out.md).
+"""Generator actors on a Ray cluster: ``backend: ray`` (§3.1; docs/architecture.md ``pipeline/``; docs/scale-out.md).
 
 The driver is the runner, unchanged; the trainer stays in its process. This backend only transports, exactly
 like ``ProcessBackend`` with N generators instead of one:

@@ -1,8 +1,8 @@
-"""The driver: one RL run from config to fitted curve (design.md data flow).
+"""The driver: one RL run from config to fitted curve (docs/architecture.md data flow).
 
 Per step ``s`` the driver (in the trainer's process):
   1. issues generation requests for every batch ``b`` the schedule lets start at the trainer's version
-     (``schedule.min_version(b) <= version``), choosing their problems with the curriculum (§3.7);
+     (``schedule.min_version(b) <= version``), choosing their problems with the curriculum (§3.2, Fig. 6b);
   2. takes batch ``s`` from the backend, trains on it, updates the curriculum with its outcomes, and
      publishes the weights when the schedule says so (every step for PipelineRL, every ``k`` for PPO);
   3. logs metrics; every ``eval.every`` steps evaluates mean@n on the validation split and refits the
@@ -282,7 +282,7 @@ class RunLoop:
 
     def step(self) -> None:
         """Issue the requests the schedule allows (§3.1), train on batch ``step``, update the curriculum
-        (§3.7), publish the weights when the schedule says so, meter the compute, and log the row."""
+        (§3.2, Fig. 6b), publish the weights when the schedule says so, meter the compute, and log the row."""
         cfg, state, backend, trainer = self.cfg, self.state, self.backend, self.trainer
         issued = state.issue(self.schedule, trainer.version, cfg.steps, cfg.batch.prompts, cfg.seed)
         if issued:
@@ -360,7 +360,7 @@ class RunLoop:
         self.state.save(self.out, self.ranks.trainer_state(self.trainer), ready, self.cfg.model_dump(mode="json"))
 
     def row(self, *parts: dict[str, Any]) -> dict[str, Any]:
-        """The metrics row (design.md: metrics schema): the step, the wall clock and the compute so far, then
+        """The metrics row (docs/architecture.md: metrics schema): the step, the wall clock and the compute so far, then
         ``parts`` in order."""
         record: dict[str, Any] = {"step": self.state.step, "time/wall_s": self.state.wall(), **self.state.meter.metrics()}
         for part in parts:

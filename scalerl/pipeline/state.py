@@ -1,8 +1,8 @@
-"""What a run is at a step boundary, with its one checkpoint save and its one load (design.md: run dir).
+"""What a run is at a step boundary, with its one checkpoint save and its one load (docs/architecture.md: run dir).
 
 A ``RunState`` holds everything the driver carries from one step to the next apart from the model and
 optimizer (the trainer's own state): the step, the next batch index to request, the requests issued but not
-yet trained on, the wall-clock time already spent, the curriculum (§3.7), the compute meter (§2), the live
+yet trained on, the wall-clock time already spent, the curriculum (§3.2, Fig. 6b), the compute meter (App. A.3), the live
 forecaster (§2.1) and the process RNG states. ``save`` writes it with the trainer's state and the batches
 already generated for the pending requests; ``load`` restores it, so a resumed run requests the same
 problems with the same seeds as an uninterrupted one. The checkpoint's keys are the file format: keep them.
@@ -77,7 +77,7 @@ class RunState:
 
     def issue(self, schedule: Schedule, version: int, steps: int, prompts: int, seed: int) -> list[Request]:
         """The requests for every batch the schedule lets start at trainer ``version`` (§3.1), their problems
-        chosen by the curriculum (§3.7); they stay pending until ``trained``."""
+        chosen by the curriculum (§3.2, Fig. 6b); they stay pending until ``trained``."""
         issued = []
         while self.next_request < steps and schedule.min_version(self.next_request) <= version:
             req = Request(self.next_request, self.curriculum.next_ids(prompts), batch_seed(seed, self.next_request))

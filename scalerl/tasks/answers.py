@@ -1,7 +1,7 @@
 """Finding the answer in a completion: drop the thinking, then find the final answer or the code.
 
-Paper §4 / A.3: math answers are checked (by Math-Verify) *after stripping* ``<think>…</think>``; code is checked
-by running unit tests. With interruption length control (§3.8) an over-long completion ends its thinking with
+App. A.3: math answers are checked (by Math-Verify) *after stripping* ``<think>…</think>``; code is checked
+by running unit tests. With interruption length control (§2, App. A.10) an over-long completion ends its thinking with
 "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>", so the answer written after
 that phrase sits after the last ``</think>`` like any other answer and is graded the same way.
 

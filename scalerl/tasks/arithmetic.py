@@ -2,11 +2,11 @@
 
 A prompt is an expression such as ``"7+5-9="``; the demonstrated completion works it left to right inside
 ``<think>...</think>`` and then states the answer: ``"<think>7+5=12 12-9=3</think>3"``. Grading reads the text
-after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task); rewards (±1 by default, §3.0)
+after the *last* ``</think>`` (``tasks/worked.py``, shared with the strings task); rewards (±1 by default, App. A.3)
 come from the run config.
 
 **The testbed** (issue #11): the registered task's defaults (``task.name: arithmetic``; the class itself defaults
-to no tiers and no habit) are chosen so that a ScaleRL run on 2 cores traverses the sigmoid of §2
+to no tiers and no habit) are chosen so that a ScaleRL run on 2 cores traverses the sigmoid of §2.1
 within the demo's budget: it rises, passes Cmid and flattens at a ceiling below 1 whose reason the per-tier
 evaluation shows (``val/tier/<name>/pass_rate``). Two tiers (:data:`TESTBED_TIERS`):
 
@@ -14,11 +14,11 @@ evaluation shows (``val/tier/<name>/pass_rate``). Two tiers (:data:`TESTBED_TIER
   skill. There are only 4,000 such problems and repeats are redrawn, so the default splits hold fewer than 80%:
   193 of the 256 validation prompts, 2,167 of the 3,000 training ones.
 * ``nine_operands`` (share 0.2, ``taught: false``): nine two-digit operands, never demonstrated. The working (51+
-  tokens) is always longer than the interruption's largest thinking budget (48, §3.8), so the answer is forced
+  tokens) is always longer than the interruption's largest thinking budget (48, §2, App. A.10), so the answer is forced
   early and is a guess that almost never lands. This tier is the visible reason the ceiling sits near 0.75.
 
 **The habit RL removes** (``answer_slip``, 0.9). RL from a base model first removes what the base model does
-wrong by habit rather than by lack of skill (§2: the early, fast part of the curve). The warm-up's
+wrong by habit rather than by lack of skill (App. A.6: the early, fast part of the curve). The warm-up's
 demonstrations show the right working, but the copy of a negative result into the answer drops its minus sign
 with probability ``answer_slip`` (``"<think>1-5=-4</think>4"``), so the warmed-up model gets about a quarter of
 the taught tier wrong. It is one decision at one place, the first token after ``</think>``: RL removes it within

@@ -1,6 +1,6 @@
 """What a task is: prompts with a deterministic train/validation split, and a verifier.
 
-A task owns its data and its grading (design.md). It grades *text*; the reward numbers (±1 by default,
+A task owns its data and its grading (docs/architecture.md). It grades *text*; the reward numbers (±1 by default,
 paper A.3) come from the run config, so the same task serves ±1 and 0/1 rewards.
 """
 

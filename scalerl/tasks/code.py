@@ -1,4 +1,4 @@
-"""Code tasks (paper §4 / A.3: code is "checked by a custom execution environment with unit tests"; the math+code
+"""Code tasks (App. A.3: code is "checked by a custom execution environment with unit tests"; the math+code
 runs add the DeepCoder prompts): a completion is correct iff its program passes every test of the problem in
 the sandbox. Any failure, timeout or crash is incorrect.
 

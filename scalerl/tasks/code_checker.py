@@ -1,4 +1,4 @@
-"""The tests' side of a code grading (paper §4 / A.3), run as main.py in a sandbox of its own: runs
+"""The tests' side of a code grading (App. A.3), run as main.py in a sandbox of its own: runs
 ``tests.py`` with each of the solution's functions replaced by a proxy that sends the call's arguments to the
 solution's sandbox and returns the plain value that comes back (``_wire.decode``). The solution never sees the
 tests; the tests compare real values. The checker's sandbox run passes iff ``tests.py`` ran to its end.

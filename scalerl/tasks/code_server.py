@@ -1,4 +1,4 @@
-"""The solution's side of a code grading (paper §4 / A.3), run as main.py in the solution's sandbox: imports
+"""The solution's side of a code grading (App. A.3), run as main.py in the solution's sandbox: imports
 ``solution.py``, tells the checker its names, then answers calls. Everything it sends is plain data
 (``_wire.encode``); it holds no test, no token and no verdict. argv: the read and write ends of its channel."""
 

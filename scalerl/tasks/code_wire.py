@@ -1,4 +1,4 @@
-"""Plain data across the grader's process boundary (paper §4 / A.3 code grading; docs/tasks.md "Sandbox").
+"""Plain data across the grader's process boundary (App. A.3 code grading; docs/tasks.md "Sandbox").
 
 The solution and its tests run in two sandboxes that exchange only text lines: one Python literal each, built
 from exact ``None``/``bool``/``int``/``float``/``complex``/``str``/``bytes`` and ``list``/``tuple``/``dict``/

@@ -1,7 +1,7 @@
 """Problem sets from records: reading JSONL / JSON / parquet files, finding fields, the seeded train/validation
 split, prompt templates, and the task object that holds the two splits.
 
-Paper §4: the RL prompts are a dataset with a held-out validation part (1,000 Polaris prompts) that is never
+§2.1, App. A.3: the RL prompts are a dataset with a held-out validation part (1,000 Polaris prompts) that is never
 trained on. Here the split is a seeded shuffle: the same seed gives the same split on every run and machine.
 """
 

@@ -1,7 +1,7 @@
 """A grader that fails is a failed sample, not a failed run (docs/scale-out.md, "what survives what").
 
 The reward comes only from a verdict (the rewards of App. A.3: correct or not): ``True`` returned by the task's
-own grader (math-verify, exact match, the code task's tests run in their sandbox, §4). When the grader cannot
+own grader (math-verify, exact match, the code task's tests run in their sandbox, App. A.3). When the grader cannot
 reach a verdict (it raised, timed out, ran out of memory, or its sandbox could not start or was killed), the
 sample is graded *incorrect*, with the reason, and counted (``grader/failures``, ``grader/failures/<kind>``).
 A failure never becomes a pass: only the grader's own ``True`` does, and the graded text never reaches the

@@ -1,8 +1,8 @@
-"""Math tasks (paper §4): prompts from the user's JSONL / JSON / parquet files or from reasoning-gym's seeded
+"""Math tasks (App. A.3): prompts from the user's JSONL / JSON / parquet files or from reasoning-gym's seeded
 generators; answers checked after stripping ``<think>…</think>`` (A.3), with Math-Verify for files and the
 dataset's own ``score_answer`` for reasoning-gym.
 
-The task grades text; the reward values (±1 by default, §3.0 / A.3) come from the run config. How the answer is
+The task grades text; the reward values (±1 by default, App. A.3) come from the run config. How the answer is
 found in a completion is documented in ``scalerl.tasks.answers``.
 
 ``math_verify`` and ``reasoning_gym`` are optional (extra ``math``) and imported only when a task needs them.

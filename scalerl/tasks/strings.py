@@ -17,7 +17,7 @@ ones. Completions stay under ~35 tokens. Each problem's operation is in ``meta["
 ``sign_slip``: in the warm-up's demonstrations of ``rev`` and ``sort``, the working is right, but copying it into
 the answer drops a letter that repeats the one just copied with probability ``double_slip``
 (``rev abbc=`` -> ``<think>c b b a</think>cba``). So the warmed-up model collapses doubled letters by habit while
-the working in front of it shows them, and RL has a habit to remove (§2's early part of the curve), as with the
+the working in front of it shows them, and RL has a habit to remove (the early part of the curve, App. A.6), as with the
 sign slips. Measured: the tiny model unlearns this one slowly, steadily over hundreds of steps rather than within
 ~50 as with the sign slips (docs/RESULTS.md, "Multi-task"). ``count`` is untouched. Problems, answers and grading
 are untouched; ``double_slip: 0`` gives correct demonstrations.

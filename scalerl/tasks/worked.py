@@ -3,7 +3,7 @@ one seeded stream, and completions that show their working inside ``<think>...</
 
 A problem's ``meta["steps"]`` holds its working; the demonstration (what the warm-up trains on) is those steps,
 space-separated, inside the thinking delimiters, then the answer. Grading reads the text after the *last*
-``</think>``, so an answer written after the interruption phrase (§3.8) counts; a completion without
+``</think>``, so an answer written after the interruption phrase (§4) counts; a completion without
 ``</think>`` is wrong.
 """
 
