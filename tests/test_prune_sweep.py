@@ -21,6 +21,8 @@ from scalerl.experiments.synthetic_runs import Killed, SyntheticRunFn, capped_st
 
 BUDGET = 1.6  # device-hours per run: 160 steps at the stub's 0.01 device-hours a step
 SETS = ["steps=160", "eval.every=2", f"max_device_hours={BUDGET}", "model.seed=0"]  # one model: checked once a rung
+# small task splits: the stub never trains on them, and every sweep builds each run's task to check it first
+SETS += ["task.n_train=64", "task.n_val=16"]
 # two runs 0.02 apart at the top, two far below them; Cmid 0.3 device-hours: rung 1 (0.2) is before it
 CURVES = {"a": CurveParams(0.1, 0.70, 1.5, 0.3), "b": CurveParams(0.1, 0.68, 1.5, 0.3),
           "c": CurveParams(0.1, 0.35, 1.5, 0.3), "d": CurveParams(0.1, 0.30, 1.5, 0.3)}
