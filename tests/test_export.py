@@ -3,9 +3,10 @@ alone, with the policy's log-probs), ``scalerl eval`` (the numbers the run logge
 the run card, and plain output where stdout is not a terminal.
 
 One micro run of the built-in model is trained through the real entry point with its output going to files, as
-under ``nohup``; the tests read what it left behind. Commands whose output a test does not read as a non-terminal
-stream run through the same entry point in this process (``_in_process``), without an interpreter start-up each. A second micro run trains a tiny random Hugging Face Llama
-(a chat template, its own tokenizer) to check the export of Hugging Face models.
+under ``nohup``; the tests read what it left behind. A second micro run trains a tiny random Hugging Face Llama
+(a chat template, its own tokenizer) to check the export of Hugging Face models. Commands whose output a test does
+not read as a non-terminal stream run through the same entry point in this process (``_in_process``), without an
+interpreter start-up each.
 """
 
 from __future__ import annotations

@@ -46,8 +46,8 @@ def replicated(tmp_path_factory):
     fake = SyntheticRunFn({f"{n}-s{s}": p for n, p in params.items() for s in (0, 1)}, hours_per_step=0.02)
     out = tmp_path_factory.mktemp("replicate")
     # small task splits: the stub never trains on them, and the sweep builds every run's task to check it first
-    runs, claims, checks = bench.replicate(out, [0, 1], ["steps=150"], ["eval.every=5", "task.n_train=64", "task.n_val=16"],
-                                           run_fn=fake)
+    sets = ["eval.every=5", "task.n_train=64", "task.n_val=16"]
+    runs, claims, checks = bench.replicate(out, [0, 1], ["steps=150"], sets, run_fn=fake)
     return out, runs, claims, checks
 
 

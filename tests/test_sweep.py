@@ -155,7 +155,8 @@ def test_raised_budget_extends_finished_runs(tmp_path):
     out = tmp_path / "sweep"
     fake = SyntheticRunFn({"a": CURVE})
     run_sequential(load_sweep(spec, FAST), out, run_fn=fake, show_progress=False)
-    records = run_sequential(load_sweep(spec, ["steps=15", "eval.every=3", *SMALL_TASK]), out, run_fn=fake, show_progress=False)
+    records = run_sequential(load_sweep(spec, ["steps=15", "eval.every=3", *SMALL_TASK]), out, run_fn=fake,
+                             show_progress=False)
     assert records[0].action == "extend" and fake.calls[-1] == ("a", True)
     assert _steps(out / "a") == list(range(16))
 
