@@ -4,7 +4,9 @@ the run card, and plain output where stdout is not a terminal.
 
 One micro run of the built-in model is trained through the real entry point with its output going to files, as
 under ``nohup``; the tests read what it left behind. A second micro run trains a tiny random Hugging Face Llama
-(a chat template, its own tokenizer) to check the export of Hugging Face models.
+(a chat template, its own tokenizer) to check the export of Hugging Face models. Commands whose output a test does
+not read as a non-terminal stream run through the same entry point in this process (``_in_process``), without an
+interpreter start-up each.
 """
 
 from __future__ import annotations
@@ -72,6 +74,23 @@ def _cli(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.Completed
     return subprocess.CompletedProcess(args, done.returncode, out.read_text(), err.read_text())
 
 
+def _in_process(args: list[str], cwd: Path, capsys) -> subprocess.CompletedProcess:
+    """The same entry point (``scalerl.cli.main``) in this process, run from ``cwd``: no interpreter start-up (a few
+    seconds each) where a test reads what the command wrote, not how its output looks outside a terminal."""
+    capsys.readouterr()
+    here = Path.cwd()
+    os.chdir(cwd)
+    try:
+        main(args)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(here)
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 def _transformers_alone(folder: Path, text: str = TEXT) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([sys.executable, "-c", _LOAD, str(folder), text], capture_output=True, text=True,
@@ -129,9 +148,9 @@ def test_export_loads_with_transformers_alone_and_gives_the_policys_logprobs(run
     assert not got["chat_template"]
 
 
-def test_export_of_an_earlier_step_holds_that_steps_weights(run, tmp_path):
+def test_export_of_an_earlier_step_holds_that_steps_weights(run, tmp_path, capsys):
     run_dir, _ = run
-    done = _cli(["export", str(run_dir), "--step", "2", "--out", str(tmp_path / "x")], tmp_path)
+    done = _in_process(["export", str(run_dir), "--step", "2", "--out", str(tmp_path / "x")], tmp_path, capsys)
     assert done.returncode == 0, done.stderr
     assert json.loads((tmp_path / "x" / "scalerl_export.json").read_text())["step"] == 2
     got = _transformers_alone(tmp_path / "x")
@@ -150,14 +169,14 @@ def test_example_script_generates_from_the_export(exported):
 
 
 @pytest.mark.slow
-def test_hugging_face_model_exports_with_its_chat_template(tmp_path):
+def test_hugging_face_model_exports_with_its_chat_template(tmp_path, capsys):
     """A run of a (tiny, random) Hugging Face Llama: the save_pretrained path, its tokenizer and chat template."""
     folder = tmp_path / "tiny-llama"
     llama_config().save_pretrained(folder)
     char_tokenizer().save_pretrained(folder)
     sets = [*(s for s in MICRO if not s.startswith("algo.length")), "backend=inline", "steps=1", "eval.n_prompts=2",
             f"model.name={folder}", "algo.length.name=none", "algo.length.params.max_new_tokens=16"]
-    done = _cli(["train", "--out", "hfrun", *_sets(sets)], tmp_path)
+    done = _in_process(["train", "--out", "hfrun", *_sets(sets)], tmp_path, capsys)
     assert done.returncode == 0, done.stderr[-3000:]
     # a random model earns no reward, so RL leaves it as it was: change the checkpoint's weights by hand, so that
     # the export shows it holds the checkpoint's and not the base folder's
@@ -165,7 +184,7 @@ def test_hugging_face_model_exports_with_its_chat_template(tmp_path):
     payload = torch.load(ckpt, weights_only=False)
     payload["trainer"]["model"]["hf.model.embed_tokens.weight"] *= 3.0
     torch.save(payload, ckpt)
-    done = _cli(["export", "hfrun", "--out", "hfexp"], tmp_path)
+    done = _in_process(["export", "hfrun", "--out", "hfexp"], tmp_path, capsys)
     assert done.returncode == 0, done.stderr[-3000:]
     got = _transformers_alone(tmp_path / "hfexp")
     assert got["scalerl"] == [] and got["chat_template"]
@@ -204,9 +223,9 @@ def test_eval_of_each_checkpoint_reproduces_what_the_run_logged(run, tmp_path):
     assert "(logged)" in table and "three_ops" in table
 
 
-def test_eval_of_the_export_gives_the_numbers_of_its_checkpoint(run, exported, tmp_path):
+def test_eval_of_the_export_gives_the_numbers_of_its_checkpoint(run, exported, tmp_path, capsys):
     run_dir, _ = run
-    done = _cli(["eval", str(exported), "--json", "-"], tmp_path)
+    done = _in_process(["eval", str(exported), "--json", "-"], tmp_path, capsys)
     assert done.returncode == 0, done.stderr[-3000:]
     (e,) = json.loads(done.stdout)["evaluations"]
     row = _logged(run_dir)[4]
@@ -214,10 +233,10 @@ def test_eval_of_the_export_gives_the_numbers_of_its_checkpoint(run, exported, t
     assert e["val/pass_rate"] == row["val/pass_rate"] == e["logged/val/pass_rate"]
 
 
-def test_eval_with_other_samples_or_task_is_not_compared_with_the_log(run, tmp_path):
+def test_eval_with_other_samples_or_task_is_not_compared_with_the_log(run, tmp_path, capsys):
     run_dir, _ = run
-    done = _cli(["eval", str(run_dir), "--step", "4", "--n-samples", "1", "--task", "strings", "--json", "-"],
-                tmp_path)
+    done = _in_process(["eval", str(run_dir), "--step", "4", "--n-samples", "1", "--task", "strings", "--json", "-"],
+                       tmp_path, capsys)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(done.stdout)
     (e,) = doc["evaluations"]

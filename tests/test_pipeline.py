@@ -97,10 +97,13 @@ def _consumed(run_dir: Path) -> list[tuple[int, list[str]]]:
     return [(d["step"], d["problem_ids"]) for d in map(json.loads, lines)]
 
 
+def _kill9_sets(backend: str) -> list[str]:
+    return [*MICRO, f"backend={backend}", "steps=12", "checkpoint_every=3", "eval.every=4"]
+
+
 def _cli(run_dir: Path, *extra: str, backend: str = "inline") -> list[str]:
-    sets = [*MICRO, f"backend={backend}", "steps=12", "checkpoint_every=3", "eval.every=4"]
     args = [sys.executable, "-m", "scalerl", "train", "--quiet", "--out", str(run_dir)]
-    for s in sets:
+    for s in _kill9_sets(backend):
         args += ["--set", s]
     return args + list(extra)
 
@@ -127,10 +130,12 @@ def _alive(pid: int) -> bool:
 def test_kill9_then_resume_matches_uninterrupted_run(tmp_path, backend):
     """SIGKILL midway, then --resume: the same prompts, steps, evaluations and rewards as an uninterrupted run.
     The local backend's generator process exits by itself once its trainer is gone (no orphan holding shared
-    memory), and the killed run's half-written temporaries are removed when it resumes."""
+    memory), and the killed run's half-written temporaries are removed when it resumes. The uninterrupted
+    reference runs in this process (the config ``scalerl train --set ...`` builds, without an interpreter start-up):
+    a run's outcome does not depend on the process it runs in."""
     ref, victim = tmp_path / "ref", tmp_path / "victim"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    subprocess.run(_cli(ref, backend=backend), check=True, env=env, capture_output=True, timeout=300)
+    train(load_config("scalerl", None, _kill9_sets(backend)), ref, show_progress=False)
 
     proc = subprocess.Popen(_cli(victim, backend=backend), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = victim / "checkpoints" / "latest"

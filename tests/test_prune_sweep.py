@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import textwrap
 
 import pytest
@@ -20,6 +21,8 @@ from scalerl.experiments.synthetic_runs import Killed, SyntheticRunFn, capped_st
 
 BUDGET = 1.6  # device-hours per run: 160 steps at the stub's 0.01 device-hours a step
 SETS = ["steps=160", "eval.every=2", f"max_device_hours={BUDGET}", "model.seed=0"]  # one model: checked once a rung
+# small task splits: the stub never trains on them, and every sweep builds each run's task to check it first
+SETS += ["task.n_train=64", "task.n_val=16"]
 # two runs 0.02 apart at the top, two far below them; Cmid 0.3 device-hours: rung 1 (0.2) is before it
 CURVES = {"a": CurveParams(0.1, 0.70, 1.5, 0.3), "b": CurveParams(0.1, 0.68, 1.5, 0.3),
           "c": CurveParams(0.1, 0.35, 1.5, 0.3), "d": CurveParams(0.1, 0.30, 1.5, 0.3)}
@@ -31,6 +34,14 @@ def sweep_of(tmp_path, sets=SETS):
         runs: {a: [seed=1], b: [seed=2], c: [seed=3], d: [seed=4]}
     """))
     return load_sweep(spec, sets)
+
+
+@pytest.fixture(scope="module")
+def pruned(tmp_path_factory):
+    """The sequential pruned sweep of ``CURVES`` that several tests read (and never write): (records, state, out)."""
+    tmp = tmp_path_factory.mktemp("pruned")
+    records, state = run_pruned(sweep_of(tmp), tmp / "sweep", run_fn=SyntheticRunFn(CURVES), show_progress=False)
+    return records, state, tmp / "sweep"
 
 
 def outcome(state):
@@ -47,9 +58,8 @@ def test_the_stub_stops_at_a_compute_budget_as_the_runner_does():
     assert capped_steps(10, 0.01, 5.0) == 10  # the steps end it first
 
 
-def test_pruned_sweep_stops_the_runs_that_cannot_win_and_keeps_the_close_ones(tmp_path):
-    out = tmp_path / "sweep"
-    records, state = run_pruned(sweep_of(tmp_path), out, run_fn=SyntheticRunFn(CURVES), show_progress=False)
+def test_pruned_sweep_stops_the_runs_that_cannot_win_and_keeps_the_close_ones(pruned, tmp_path):
+    records, state, out = pruned
     runs = state.runs
     assert runs["a"].state == runs["b"].state == "finished"  # 0.02 apart: never stopped
     assert runs["a"].compute >= BUDGET - 1e-9 and runs["b"].compute >= BUDGET - 1e-9
@@ -76,15 +86,16 @@ def test_pruned_sweep_stops_the_runs_that_cannot_win_and_keeps_the_close_ones(tm
     done = json.loads((out / "c" / DONE).read_text())
     assert done["budget"]["max_device_hours"] == pytest.approx(runs["c"].stopped_at * BUDGET)
 
-    # run again: everything is decided, nothing runs
+    # run again (a copy: the fixture's sweep stays as it was): everything is decided, nothing runs
+    out = shutil.copytree(out, tmp_path / "again")
     fake = SyntheticRunFn(CURVES)
     records, again = run_pruned(sweep_of(tmp_path), out, run_fn=fake, show_progress=False)
     assert fake.calls == [] and outcome(again) == outcome(state)
     assert {r.name: (r.status, r.action) for r in records}["c"] == ("pruned", "skip")
 
 
-def test_a_killed_pruned_sweep_continues_where_it_stopped(tmp_path):
-    _, expected = run_pruned(sweep_of(tmp_path), tmp_path / "whole", run_fn=SyntheticRunFn(CURVES), show_progress=False)
+def test_a_killed_pruned_sweep_continues_where_it_stopped(pruned, tmp_path):
+    _, expected, _ = pruned
 
     out = tmp_path / "killed"
     fake = SyntheticRunFn(CURVES, kill_at={"b": 30})  # b dies in rung 2 (steps 21-40)
@@ -105,8 +116,8 @@ def test_a_killed_pruned_sweep_continues_where_it_stopped(tmp_path):
 
 
 @pytest.mark.slow  # two pruned sweeps, 2 worker processes spawned per rung: ~35 s on 2 cores
-def test_pruned_sweep_with_jobs_decides_as_the_sequential_one(tmp_path):
-    _, seq = run_pruned(sweep_of(tmp_path), tmp_path / "seq", run_fn=SyntheticRunFn(CURVES), show_progress=False)
+def test_pruned_sweep_with_jobs_decides_as_the_sequential_one(pruned, tmp_path):
+    _, seq, _ = pruned
     records, par = run_pruned(sweep_of(tmp_path), tmp_path / "par", jobs=2, run_fn=SyntheticRunFn(CURVES),
                               show_progress=False)
     assert outcome(par) == outcome(seq)
@@ -136,12 +147,12 @@ def test_a_failed_run_holds_the_rung_until_a_rerun_retries_it(tmp_path):
 
 
 @pytest.mark.slow  # two sweeps and three reports: ~20 s on 2 cores
-def test_report_shows_what_pruning_did_and_what_the_stopped_runs_would_have_reached(tmp_path):
+def test_report_shows_what_pruning_did_and_what_the_stopped_runs_would_have_reached(pruned, tmp_path):
     from scalerl.experiments.report import write_report
     from scalerl.experiments.sweep import run_sequential
 
-    out, plain = tmp_path / "sweep", tmp_path / "plain"
-    _, state = run_pruned(sweep_of(tmp_path), out, run_fn=SyntheticRunFn(CURVES), show_progress=False)
+    _, state, out = pruned
+    plain = tmp_path / "plain"
     write_report(out, tmp_path / "r.html", quiet=True)
     page = (tmp_path / "r.html").read_text()
     assert "<h2>Pruning</h2>" in page

@@ -45,7 +45,9 @@ def replicated(tmp_path_factory):
     params = {**CURVES, **{n: CurveParams(0.1, 0.62, b, 0.6) for n, b in LOO_B.items()}}
     fake = SyntheticRunFn({f"{n}-s{s}": p for n, p in params.items() for s in (0, 1)}, hours_per_step=0.02)
     out = tmp_path_factory.mktemp("replicate")
-    runs, claims, checks = bench.replicate(out, [0, 1], ["steps=150"], ["eval.every=5"], run_fn=fake)
+    # small task splits: the stub never trains on them, and the sweep builds every run's task to check it first
+    sets = ["eval.every=5", "task.n_train=64", "task.n_val=16"]
+    runs, claims, checks = bench.replicate(out, [0, 1], ["steps=150"], sets, run_fn=fake)
     return out, runs, claims, checks
 
 

@@ -13,7 +13,9 @@ from scalerl.experiments.spec import grid_runs, load_sweep
 from scalerl.experiments.sweep import DONE, INDEX, run_parallel, run_sequential, threads_per_job
 from scalerl.experiments.synthetic_runs import Killed, SyntheticRunFn
 
-FAST = ["steps=12", "eval.every=3"]
+# small task splits: the stubbed runs never train on them, and every sweep builds each run's task to check it first
+SMALL_TASK = ["task.n_train=64", "task.n_val=16"]
+FAST = ["steps=12", "eval.every=3", *SMALL_TASK]
 CURVE = CurveParams(0.1, 0.6, 1.5, 0.05)
 
 
@@ -153,7 +155,8 @@ def test_raised_budget_extends_finished_runs(tmp_path):
     out = tmp_path / "sweep"
     fake = SyntheticRunFn({"a": CURVE})
     run_sequential(load_sweep(spec, FAST), out, run_fn=fake, show_progress=False)
-    records = run_sequential(load_sweep(spec, ["steps=15", "eval.every=3"]), out, run_fn=fake, show_progress=False)
+    records = run_sequential(load_sweep(spec, ["steps=15", "eval.every=3", *SMALL_TASK]), out, run_fn=fake,
+                             show_progress=False)
     assert records[0].action == "extend" and fake.calls[-1] == ("a", True)
     assert _steps(out / "a") == list(range(16))
 
