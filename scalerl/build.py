@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from scalerl.config import ModelConfig, RunConfig, TaskConfig
 from scalerl.errors import UserError
 from scalerl.models.registry import EXPORTS, MODELS, ModelBundle
 from scalerl.tasks.base import Problem, Task
 from scalerl.tasks.registry import TASKS
+
+if TYPE_CHECKING:
+    from scalerl.algo.length_control import LengthControl
 
 # modules whose import registers entries; optional ones may be absent in a checkout
 _TASK_MODULES = ("scalerl.tasks.arithmetic", "scalerl.tasks.strings", "scalerl.tasks.math", "scalerl.tasks.code")
@@ -98,7 +101,7 @@ def load_exported_model(family: str, folder: Path, cfg: ModelConfig, seed: int) 
     return EXPORTS.get(family, "exported model family")(folder, cfg, seed)
 
 
-def build_length_control(cfg: RunConfig, tokenizer: Any = None):
+def build_length_control(cfg: RunConfig, tokenizer: Any = None) -> "LengthControl":
     """The run's length control (§2, App. A.10). With the run's ``tokenizer``, also check that thinking budget + phrase +
     answer budget fit in ``max_new_tokens`` (a ``UserError`` naming the fix otherwise)."""
     from scalerl import algo

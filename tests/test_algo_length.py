@@ -97,9 +97,16 @@ def test_interruption_budget_must_hold_the_phrase():
     Interruption(think_lo=10240, think_hi=12288, answer_budget=2048, max_new_tokens=14356).check_fits(20)
 
 
-def test_cli_train_rejects_budgets_without_room_for_the_phrase(tmp_path, capsys):
+def test_cli_train_rejects_budgets_without_room_for_the_phrase(tmp_path, capsys, monkeypatch):
+    """Refused before anything is spent: the phrase's length under the run's tokenizer is checked with the other
+    set-up checks, not after the supervised warm-up (which would take minutes on the default preset)."""
     from scalerl.cli import main
+    from scalerl.models import warmup
 
+    def no_warmup(*args, **kwargs):
+        raise AssertionError("the warm-up ran before the length budget was checked")
+
+    monkeypatch.setattr(warmup, "warmup", no_warmup)
     out = tmp_path / "run"
     sets = ["algo.length.params.think_lo=80", "algo.length.params.think_hi=80"]  # 80 + 8 ≤ 96, but + 16-token phrase
     with pytest.raises(SystemExit) as info:

@@ -152,7 +152,7 @@ def build_parts(cfg: RunConfig, bundle: Any = None) -> tuple[Any, dict[str, Any]
     downstream = build_downstream(cfg, task)
     bundle = bundle if bundle is not None else build_model(cfg.model, cfg.base_seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
-    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg),
+    check_context(bundle, prompt_encoder(bundle), task, build_length_control(cfg, bundle.tokenizer),
                   [p for _, problems in downstream.values() for p in problems])
     return task, downstream, bundle
 
