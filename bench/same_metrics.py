@@ -3,8 +3,8 @@
 Runs ``scalerl train`` on the micro config of ``tests/test_pipeline.py`` (d_model 32, 1 layer, 4 prompts x 4
 generations, 2,000 warm-up steps so that rewards vary, 12 RL steps, evaluations every 4) with the same seed from
 each checkout, on the inline and the local backend, sharing one warm-up cache, and compares every metric except the
-wall-clock ones (``timing/*``, ``throughput/*``, ``time/*``, ``compute/device_hours``). The inline backend is
-deterministic: any difference is the change's. The local backend's generator loads in-flight weights when they
+wall-clock ones (``timing/*``, ``throughput/*``, ``time/*``, ``compute/device_hours``, ``compute/*_seconds``,
+``compute/wall_s``). The inline backend is deterministic: any difference is the change's. The local backend's generator loads in-flight weights when they
 arrive, so its loss-side floats differ between two runs of the same code; its rewards, pass rates, samples and
 tokens do not. ``--repeat`` also runs the first checkout twice, to show that run-to-run spread beside the change's.
 
@@ -26,7 +26,8 @@ MICRO = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "model.max_s
          "eval.every=4", "warmup.steps=2000", "algo.length.params.think_lo=6", "algo.length.params.think_hi=10",
          "algo.length.params.answer_budget=4", "algo.length.params.max_new_tokens=36", "tensorboard=false",
          "threads=1", "steps=12"]
-WALL_CLOCK = ("timing/", "throughput/", "time/", "compute/device_hours")
+WALL_CLOCK = ("timing/", "throughput/", "time/", "compute/device_hours", "compute/gen_seconds", "compute/train_seconds",
+              "compute/wall_s")
 OUTCOMES = ("train/reward_mean", "train/pass_rate", "train/samples", "train/samples_kept", "train/tokens_kept",
             "train/completion_len_mean", "compute/tokens", "val/pass_rate")
 
