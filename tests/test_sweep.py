@@ -225,3 +225,22 @@ def test_real_tiny_sweep_through_the_runner_skips_and_extends(tmp_path):
                        if "val/pass_rate" not in json.loads(x)]
         assert train_steps == [1, 2, 3, 4, 5, 6]
         assert json.loads((out / name / DONE).read_text())["budget"] == {"steps": 6, "max_minutes": None}
+
+
+def test_the_check_builds_each_task_config_once(tmp_path, monkeypatch):
+    """Every run is checked before the first starts; runs that share a task config share its build (a 3,000-problem
+    testbed per run made the check of a 36-run sweep take seconds for nothing)."""
+    from scalerl.experiments import sweep as sweep_module
+    from scalerl.pipeline import runner
+
+    built = []
+    real = runner.build_task
+    monkeypatch.setattr(runner, "build_task", lambda cfg: built.append(cfg.model_dump_json()) or real(cfg))
+    monkeypatch.setattr(sweep_module, "train_run", lambda *args: {})
+    spec = write_spec(tmp_path, f"""
+        set: {MICRO_SET}
+        runs: {{a: [optim.lr=0.001], b: [optim.lr=0.002], c: [task.seed=1], d: [optim.lr=0.003]}}
+    """)
+    sweep = load_sweep(spec)
+    sweep_module.check_runs(sweep, sweep.configs(), [r.name for r in sweep.runs])
+    assert len(built) == 2 and len(set(built)) == 2  # the shared task once, task.seed=1's once

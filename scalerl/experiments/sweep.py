@@ -165,19 +165,22 @@ def write_index(out: Path, sweep: Sweep, records: list[RunRecord], extra: dict[s
 def check_runs(sweep: Sweep, configs: dict[str, RunConfig], names: list[str]) -> None:
     """Each run in ``names`` as its run would start it (``runner.build_parts``: the task's parameters and data
     files, the engine, the prompts against the model's context), before any run starts: a mistake is one
-    UserError naming the run. A model is built once for consecutive runs that share its config."""
+    UserError naming the run. A model is built once for consecutive runs that share its config, a task once for
+    all the runs that share its config (a leave-one-out's variants all train on the base's task)."""
     from scalerl.pipeline.runner import build_parts
 
     key, bundle = None, None
+    tasks: dict[str, Any] = {}
     for name in names:
         cfg = configs[name]
         if (cfg.model, cfg.base_seed) != key:
             key, bundle = None, None  # let the previous model go before building the next
+        task_key = cfg.task.model_dump_json()
         try:
-            bundle = build_parts(cfg, bundle)[2]
+            task, _, bundle = build_parts(cfg, bundle, tasks.get(task_key))
         except UserError as exc:
             raise UserError(f"{sweep.source}: run {name!r}: {exc}") from None
-        key = (cfg.model, cfg.base_seed)
+        key, tasks[task_key] = (cfg.model, cfg.base_seed), task
 
 
 def _plan_records(sweep: Sweep, out: Path, write: IndexWriter) -> tuple[dict[str, RunConfig], list[RunRecord]]:

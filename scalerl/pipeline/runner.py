@@ -143,12 +143,12 @@ def check_context(
     check(longest + int(length.max_new_tokens))
 
 
-def build_parts(cfg: RunConfig, bundle: Any = None) -> tuple[Any, dict[str, Any], Any]:
-    """The run's task, downstream sets and model bundle (``bundle``: one already built from ``cfg.model``),
-    checked before anything is written: the task's parameters and data files, the engine, and the longest prompt
-    plus the length budget against the model's context. A mistake is a UserError. ``scalerl sweep`` calls it
-    for every run before the first one starts."""
-    task = build_task(cfg.task)
+def build_parts(cfg: RunConfig, bundle: Any = None, task: Any = None) -> tuple[Any, dict[str, Any], Any]:
+    """The run's task, downstream sets and model bundle (``bundle``: one already built from ``cfg.model``; ``task``:
+    one already built from ``cfg.task``), checked before anything is written: the task's parameters and data files,
+    the engine, and the longest prompt plus the length budget against the model's context. A mistake is a
+    UserError. ``scalerl sweep`` calls it for every run before the first one starts."""
+    task = task if task is not None else build_task(cfg.task)
     downstream = build_downstream(cfg, task)
     bundle = bundle if bundle is not None else build_model(cfg.model, cfg.base_seed)
     check_engine(cfg, bundle)  # the generators build it later, maybe in another process
