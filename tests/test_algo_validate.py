@@ -114,3 +114,30 @@ def test_a_new_loss_is_one_params_class_and_one_implementation(my_loss):
     torch.testing.assert_close(out.per_token, -torch.tensor([[3.0, 1.0]]) * logp.detach())
     with pytest.raises(UserError, match=r"algo\.loss\.params\.clip: must be > 0"):
         build_config({"algo": {"loss": {"name": "my_test_loss", "params": {"clip": 0}}}})
+
+
+def test_the_architecture_docs_example_loss_runs():
+    """docs/architecture.md, "Adding a loss": its code block, run as written, gives a loss a config can name."""
+    import re
+    import sys
+    import types
+    from pathlib import Path
+
+    from scalerl import schema
+    from scalerl.algo.losses import LOSSES
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("### Adding a loss", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    module = types.ModuleType("architecture_example")  # a module, as a user's would be
+    sys.modules[module.__name__] = module
+    exec(compile(code, "docs/architecture.md", "exec"), module.__dict__)
+    scope = module.__dict__
+    try:
+        cfg = build_config({"algo": {"loss": {"name": "my_loss", "params": {"clip": 3}}}})
+        loss = algo.build_loss(cfg.algo.loss)
+        assert isinstance(loss, scope["MyLoss"]) and loss.params.clip == 3.0
+    finally:
+        schema.PARAMS["loss"].pop("my_loss", None)
+        LOSSES._items.pop("my_loss", None)
+        sys.modules.pop(module.__name__, None)
