@@ -249,12 +249,10 @@ def check_name(kind: str, name: str, where: str) -> None:
 
 
 def check_algo(algo: Any) -> None:
-    """Every name in an ``AlgoConfig`` known and every params mapping valid for its entry; builds nothing."""
-    typed_params("loss", algo.loss.name, algo.loss.params, "algo.loss")
+    """The names in an ``AlgoConfig`` whose registries take no params known; builds nothing. (The loss, the
+    curriculum and the length control were typed, names and params, when the config loaded: ``config.Entry``.)"""
     check_name("aggregation", algo.aggregation, "algo.aggregation")
     check_name("advantage normalisation", algo.advantages.norm, "algo.advantages.norm")
-    typed_params("curriculum", algo.curriculum.name, algo.curriculum.params, "algo.curriculum")
-    typed_params("length control", algo.length.name, algo.length.params, "algo.length")
 
 
 def params_from(model: type[Params], values: dict[str, Any]) -> Params:
