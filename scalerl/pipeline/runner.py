@@ -289,8 +289,10 @@ class RunLoop:
             backend.submit(issued)
         phases: dict[str, float] = {}
         step_clock = Stopwatch().start()
-        with timed(phases, "wait"):  # the trainer blocked for the batch (inline: the whole generation; local: what
-            batch = backend.next_batch(state.step)  # overlap left); idle time the wall clock the meter charges
+        # wait: the trainer blocked for the batch (inline: the whole generation; local: what overlap left); idle
+        # time, on the wall clock the meter charges
+        with timed(phases, "wait"):
+            batch = backend.next_batch(state.step)
         train_clock = Stopwatch().start()
         ungraded = list(batch.ungraded.values())  # samples whose grader failed: incorrect, with the reason
         check_gradable(state.step + 1, batch.n, ungraded, cfg.faults.max_ungraded_fraction)  # before training
