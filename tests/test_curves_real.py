@@ -188,6 +188,35 @@ def test_a_fall_is_flagged_not_identified_and_held_at_the_current_level():
     assert f.trust["warnings"] and "falls" in f.trust["warnings"][0]
 
 
+def test_a_fast_rise_and_collapse_over_a_few_evaluations_is_a_fall():
+    """A run that rose and collapsed within a dozen evaluations (the OLMo-2 off-policy run of the corpus): its
+    successive differences are trend, which inflates σ past the 10 σ test, but it gave back most of its rise and
+    its last two evaluations both sit far below the peak, so the forecast holds the last value."""
+    from scalerl.curves.fit import FALL_NOISE, falls
+
+    y = np.array([0.001, 0.001, 0.1465, 0.3350, 0.3789, 0.3906, 0.3096, 0.0879, 0.0635, 0.0146])
+    sigma = 1.4826 * np.median(np.abs(np.diff(y))) / np.sqrt(2)
+    peak = np.max(np.convolve(y, np.ones(3) / 3, mode="valid"))
+    assert peak - y[-1] < FALL_NOISE * sigma  # the single-evaluation test alone misses it
+    assert falls(y)
+    x = np.arange(1, y.size + 1) * 10.0
+    f = fit_curve(x, y, fit_until_fraction=1.0, predict_at=[200.0])
+    assert any("falls" in w for w in f.warnings) and f.forecaster.weight == 0.0
+    assert f.predictions[0][1] == pytest.approx(y[-1], abs=1e-9)
+
+
+@pytest.mark.parametrize("y, why", [
+    # half the rise given back, but the last evaluation is back up near the peak: a dip, not a fall
+    ([0.10, 0.30, 0.50, 0.52, 0.50, 0.30, 0.28, 0.49], "recovered"),
+    # the last two are 5 σ down but the rise before the peak was 20× larger: a rising run's wobble
+    ([0.0, 0.10, 0.20, 0.30, 0.40, 0.50, 0.60, 0.70, 0.80, 0.81, 0.80, 0.81, 0.75, 0.75], "small share of the rise"),
+])
+def test_a_dip_that_does_not_give_back_half_the_rise_is_not_a_fall(y, why):
+    from scalerl.curves.fit import falls
+
+    assert not falls(np.asarray(y)), why
+
+
 def test_a_step_is_flagged_b_at_its_bound():
     x = np.arange(1, 41) * 10.0
     y = np.where(x < 100, 0.30, 0.60) + np.random.default_rng(4).normal(0, 0.003, x.size)

@@ -41,6 +41,8 @@ JUMP_NOISE = 5.0  # ... and rises by at least this many noise σ (and half the w
 JUMP_SECOND = 0.1  # ... and a second phase follows: a further rise of 5 σ and this share of the jump ...
 JUMP_SUSTAINED = 0.15  # ... still rising: at least this share of it after its midpoint (a sigmoid's tail is not)
 FALL_NOISE = 10.0  # a collapse: the last evaluation this many noise σ below the window's best mean of 3 (no excursion of noise, even heavy-tailed, gets there)
+FALL_GIVEN_BACK = 0.5  # ... or a sustained fall that gives back more than this share of the rise before it
+FALL_GIVEN_BACK_NOISE = 5.0  # ... with the last two evaluations each this many σ below the peak
 MIN_PAST_CMID = 3  # A is called identified only with at least this many evaluations past Cmid (one pins nothing)
 BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
 
@@ -414,13 +416,25 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
 
 
 def falls(y: Array) -> bool:
-    """Whether the last evaluation lies below the window's best mean of 3 consecutive evaluations by more than
-    :data:`FALL_NOISE` noise σ (σ from the median successive difference, which one collapse does not inflate)."""
+    """Whether the reward has fallen from the window's best mean of 3 consecutive evaluations (its peak), with σ the
+    noise from the median successive difference (which one collapse does not inflate):
+
+    * the last evaluation lies more than :data:`FALL_NOISE` σ below the peak (no excursion of noise gets there); or
+    * the last two both lie more than :data:`FALL_GIVEN_BACK_NOISE` σ below it and the fall gives back more than
+      :data:`FALL_GIVEN_BACK` of the rise that led to the peak. On a short window that rose and fell fast (a
+      collapse after a few evaluations) the successive differences are trend as much as noise, so σ is inflated
+      and the first test alone misses a run that has lost most of what it learnt."""
     if y.size < 4:
         return False
-    sigma = 1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2)
-    peak = float(np.max(np.convolve(y, np.ones(3) / 3, mode="valid")))
-    return bool(peak - y[-1] > FALL_NOISE * max(sigma, 1e-12))
+    sigma = max(1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2), 1e-12)
+    smooth = np.convolve(y, np.ones(3) / 3, mode="valid")
+    top = int(np.argmax(smooth))
+    peak = float(smooth[top])
+    if peak - y[-1] > FALL_NOISE * sigma:
+        return True
+    rise = peak - float(np.min(y[: top + 3]))
+    sustained = bool(np.all(peak - y[-2:] > FALL_GIVEN_BACK_NOISE * sigma))
+    return sustained and peak - float(y[-1]) > FALL_GIVEN_BACK * rise
 
 
 def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array], Callable[[Array], Array]]) -> None:
