@@ -8,6 +8,7 @@ import json
 import math
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -195,3 +196,27 @@ def test_cli_prune_errors_are_one_line(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert exc.value.code == 2 and needle in err and len(err.splitlines()) == 1, (argv, err)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_testbed_pruning_spec_holds_the_loo_variants_and_both_learning_rates_on_two_seeds():
+    """configs/sweeps/testbed_prune.yaml (issue 28's must-show) lists the LOO variants as data: they must stay the
+    items of ``loo_variants`` (a component added or changed there is a component the spec would silently miss)."""
+    from scalerl.config import load_config
+    from scalerl.experiments.spec import load_sweep
+    from scalerl.presets import loo_variants
+
+    sweep = load_sweep(Path(__file__).resolve().parents[1] / "configs" / "sweeps" / "testbed_prune.yaml")
+    runs = {r.name: r.overrides for r in sweep.runs}
+    base_lr = load_config("scalerl", None, []).optim.lr
+    expected = {"scalerl": [], **loo_variants("scalerl")}
+    assert len(runs) == 2 * (len(expected) + 2)
+    for name, items in expected.items():
+        for seed in (0, 1):
+            got = [o for o in runs[f"{name}-s{seed}"] if o not in ("model.seed=0", "steps=100000")]
+            assert got == [*items, f"seed={seed}"], name
+    configs = sweep.configs()
+    assert {c.base_seed for c in configs.values()} == {0}  # one warmed-up model: the seeds vary RL only
+    for factor in ("0.1", "10"):
+        lrs = {c.optim.lr for n, c in configs.items() if n.startswith(f"lr-x{factor}-")}
+        assert len(lrs) == 1 and lrs.pop() == pytest.approx(base_lr * float(factor)), factor
+        assert {c.seed for n, c in configs.items() if n.startswith(f"lr-x{factor}-")} == {0, 1}
