@@ -112,3 +112,41 @@ def test_a_forecast_outlook_is_the_printed_forecast_at_the_centre_of_its_band():
     assert abs(float(fit.predict(4000.0)) - out.value) > 1e-6  # the bare law is another number here
     lo, hi = fit.forecast_interval(4000.0, level=0.8)
     assert out.lo == pytest.approx(float(lo)) and out.hi == pytest.approx(float(hi)) and out.lo <= out.value <= out.hi
+
+
+# the lr x10 run of the testbed sweep (docs/RESULTS.md, issue 28): up to 0.72, then falling to 0.63
+FALLEN_X = np.array([0.0, 0.0015, 0.0028, 0.004, 0.0055, 0.0064, 0.0074, 0.0087, 0.0102])
+FALLEN_Y = np.array([0.545, 0.615, 0.708, 0.711, 0.71, 0.724, 0.704, 0.682, 0.634])
+
+
+def test_a_run_that_rose_and_stopped_rising_is_judged_on_its_best_so_far():
+    """A step then a sag (Eq. 1 flags B at its bound): no forecast to act on, but it has shown what it reaches."""
+    from scipy.special import ndtri
+
+    from scalerl.experiments.pruning import stalled_outlook, trusted_fit
+
+    assert trusted_fit(FALLEN_X, FALLEN_Y) is None  # Eq. 1 cannot fall: no forecast to act on
+    o = fit_outlook(FALLEN_X, FALLEN_Y, budget=0.04)
+    assert o is not None and o.basis == "peak" and o == stalled_outlook(FALLEN_X, FALLEN_Y)
+    # hand-worked: best mean of 3 = (0.711 + 0.71 + 0.724) / 3 = 0.715 (evaluations 4-6 of 9); σ = 1.4826 · median
+    # |Δy| / √2 with |Δy| = .070 .093 .003 .001 .014 .020 .022 .048 → median 0.021; z = 1.2816 at 80 %
+    sigma = 1.4826 * 0.021 / np.sqrt(2)
+    assert o.hi == pytest.approx(0.715 + float(ndtri(0.9)) * sigma, abs=1e-5)
+    assert o.value == pytest.approx(0.634) and o.lo < o.value
+    # below the leader's lower end by more than the margin: stopped, and the reason says on what
+    leader = Outlook(0.76, 0.77, 0.80, "A", 0.01)
+    d = decide({"fallen": o, "best": leader}, margin=0.02)
+    assert d["fallen"].stop and "best so far (it stopped rising" in d["fallen"].reason
+    # a fallen run whose best so far comes within the margin of the leader is kept
+    assert not decide({"fallen": o, "best": Outlook(0.73, 0.74, 0.76, "A", 0.01)}, margin=0.02)["fallen"].stop
+
+
+def test_a_run_still_rising_or_never_risen_gets_no_peak_outlook():
+    from scalerl.experiments.pruning import stalled_outlook
+
+    y = FALLEN_Y.copy()
+    y[-3:] = [0.722, 0.728, 0.731]  # its best is its latest: still rising
+    assert stalled_outlook(FALLEN_X, y) is None
+    flat = np.array([0.55, 0.56, 0.54, 0.555, 0.55, 0.545, 0.55, 0.54, 0.548])  # has not risen: a late starter?
+    assert stalled_outlook(FALLEN_X, flat) is None
+    assert stalled_outlook(FALLEN_X[:5], FALLEN_Y[:5]) is None  # too few evaluations to judge anything

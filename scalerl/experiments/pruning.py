@@ -9,7 +9,13 @@ The rule, stated once and used by ``scalerl sweep --prune``, ``scalerl loo --pru
     interval. The *leader* is the run with the highest lower end. A run stops when the upper end of its outlook
     lies more than ``margin`` (the paper's ±0.02 on A, App. A.5) below the leader's lower end. A run without an
     outlook (too few points, an early transient still in progress, or a curve Eq. 1 does not describe) is never
-    stopped: pruning acts only on forecasts that can be trusted.
+    stopped: pruning acts only on forecasts that can be trusted. The one exception is a run that Eq. 1 does not
+    describe *and* that rose and then stopped rising (its best mean of 3 consecutive evaluations, clearly above
+    where it started, is not among its latest: a step that has flattened, a plateau that sags, a collapse): its
+    outlook is its best so far, widened by the band's share of the evaluation noise. Such a run is taken not to
+    climb back above its own earlier best; that is what a sweep most needs to stop (a learning rate that is too
+    high: a fast rise, then a fall), and what a forecast cannot follow. A run that has not yet risen is still
+    never stopped (it may be a late starter).
 
 The fit a forecast may be acted on (:func:`trusted_fit`) and the forecast band at a compute (:func:`forecast_band`)
 are also what ``scalerl train --stop-when`` decides on (:mod:`scalerl.experiments.stopping`).
@@ -24,6 +30,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+from scipy.special import ndtri
 
 from scalerl.curves import FitError, FitResult, fit_curve
 
@@ -40,7 +47,8 @@ class Outlook:
     value: float
     lo: float
     hi: float
-    basis: str  # "A": the identified interval on A; "forecast": the forecast at the budget and its interval
+    basis: str  # "A": the identified interval on A; "forecast": the forecast at the budget and its interval;
+    # "peak": a run Eq. 1 does not describe that stopped rising, its best so far (:func:`stalled_outlook`)
     compute: float  # the compute the run had when this was fitted
 
     def to_json(self) -> dict[str, Any]:
@@ -111,11 +119,37 @@ def trusted_fit(x: Sequence[float], y: Sequence[float], *, bounded: bool = True,
     return fit if fit.reliable else None
 
 
+STALL_RISE = 3.0  # a run has risen when its best so far is this many noise σ above its first evaluation
+
+
+def stalled_outlook(x: Sequence[float], y: Sequence[float], *, level: float = DEFAULT_LEVEL,
+                    min_points: int = MIN_POINTS) -> Outlook | None:
+    """For a run that rose and then stopped rising (see the module docstring), its best so far as the most it can
+    reach: the best mean of 3 consecutive evaluations plus the band's quantile of one evaluation's noise (σ from
+    the median successive difference, as :func:`scalerl.curves.fit.falls` reads it); the last evaluation is its
+    value. None when it has too few evaluations, has not risen, or its best is among its latest (still rising)."""
+    y = np.asarray(y, dtype=float)
+    if y.size < min_points:
+        return None
+    sigma = 1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2)
+    smooth = np.convolve(y, np.ones(3) / 3, mode="valid")
+    top = int(np.argmax(smooth))  # the best window is y[top : top + 3]
+    peak = float(smooth[top])
+    if top + 3 >= y.size or peak - float(y[0]) <= STALL_RISE * sigma:
+        return None
+    z = float(ndtri(0.5 + level / 2))
+    last = float(y[-1])
+    return Outlook(last, last - z * sigma, peak + z * sigma, "peak", float(np.max(np.asarray(x, dtype=float))))
+
+
 def fit_outlook(x: Sequence[float], y: Sequence[float], budget: float, *, level: float = DEFAULT_LEVEL,
                 bounded: bool = True, min_points: int = MIN_POINTS) -> Outlook | None:
-    """Fit Eq. 1 to one run's points so far and return its outlook (None while no trustworthy one exists)."""
+    """Fit Eq. 1 to one run's points so far and return its outlook; for a run Eq. 1 does not describe that rose
+    and stopped rising, its best so far (:func:`stalled_outlook`); None while no trustworthy one exists."""
     fit = trusted_fit(x, y, bounded=bounded, min_points=min_points)
-    return None if fit is None else outlook_of(fit, budget, level=level)
+    if fit is not None:
+        return outlook_of(fit, budget, level=level)
+    return stalled_outlook(x, y, level=level, min_points=min_points)
 
 
 def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGIN) -> dict[str, Decision]:
@@ -142,4 +176,4 @@ def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGI
 
 
 def _basis(o: Outlook) -> str:
-    return "interval on A" if o.basis == "A" else "forecast at the budget"
+    return {"A": "interval on A", "peak": "best so far (it stopped rising, and Eq. 1 does not describe it)"}.get(o.basis, "forecast at the budget")

@@ -1,0 +1,173 @@
+"""Did pruning pay on the testbed? An unpruned and a pruned run of the same sweep, side by side (issue #28).
+
+Reads two sweep directories of one spec (``configs/sweeps/testbed_prune.yaml``) and the same budget, one run
+without ``--prune`` and one with it, and prints for each run: the compute it got in each (device-hours) and the
+share, its state in the pruned sweep (finished or stopped, at which rung), and the fitted A of its unpruned curve
+(``fit_series`` on the whole run, the CLI's defaults). Then the issue's checks:
+
+* the winner: the first of the paper's ranking (``compare_fits``: A, then B within the 0.02 margin) over the
+  unpruned sweep's runs whose A is identified, against the same ranking over the runs the pruned sweep let finish
+  (an A that is not identified is a bound, not a measurement: a run still climbing at the end has A = 1.000 at
+  the search bound and would rank first; the plain ranking's first run is printed too);
+* every run that *ends* more than the margin below the winner (its mean over the last 5 evaluations of the
+  unpruned sweep, against the winner's) got at most 30% of its unpruned compute in the pruned sweep;
+* the total compute of both sweeps.
+
+    python bench/prune_testbed.py runs/tb runs/tb-pruned
+    python bench/prune_testbed.py runs/tb runs/tb-pruned --json prune_testbed.json
+    python bench/prune_testbed.py runs/tb runs/tb-pruned --replay    # the decisions again, by today's rule
+
+``--replay`` decides every rung again from the points each run had there in the pruned sweep (``prune.json``'s
+history gives the compute at each rung), with the rule as the code now states it (``pruning.decide`` is pure),
+and then reports the sweep as if the runs the rule now stops earlier had stopped there: a replay of recorded
+points, not a new run (a rerun would also see other noise and other machine load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from scalerl import atomic
+from scalerl.curves import DEFAULT_X, DEFAULT_Y, FitError, compare_fits, fit_series, load_series
+from scalerl.curves.compare import DEFAULT_MARGIN
+from scalerl.errors import UserError
+from scalerl.experiments.prune_sweep import points, rung_name
+from scalerl.experiments.pruning import decide, fit_outlook
+
+SHARE_LIMIT = 0.30  # issue #28: a run outside the winner's margin gets at most 30% of its unpruned compute
+
+
+def fit_run(run_dir: Path) -> Any:
+    """The fit of a run's whole curve (None when it cannot be fitted)."""
+    try:
+        return fit_series(load_series(run_dir, DEFAULT_X, DEFAULT_Y))
+    except (FitError, UserError):
+        return None
+
+
+LAST_N = 5  # where a run ends: the mean of its last 5 evaluations
+
+
+def winner(fits: dict[str, Any], margin: float, identified_only: bool = True) -> str | None:
+    """The first run of the paper's ranking over ``fits`` (name -> FitResult), over the identified ones only
+    unless ``identified_only`` is False."""
+    named = {name: f for name, f in fits.items() if f is not None and (f.identified or not identified_only)}
+    if not named:
+        return None
+    for name, f in named.items():
+        f.source = name
+    return compare_fits(list(named.values()), margin).ranked[0].fit.source
+
+
+def replay(pruned: Path, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``state['runs']`` decided again rung by rung from the recorded points (see the module docstring): a run the
+    rule now stops at an earlier rung gets that rung's compute and state ``pruned``."""
+    runs = {name: dict(r) for name, r in state["runs"].items()}
+    alive = set(runs)
+    rungs = sorted({h["rung"] for r in runs.values() for h in r.get("history", [])})
+    for share in rungs[:-1] if len(rungs) > 1 and rungs[-1] >= 1.0 else rungs:
+        outlooks, compute = {}, {}
+        for name in sorted(alive):
+            at = [h for h in runs[name].get("history", []) if h["rung"] == share]
+            if not at:
+                continue
+            x, y = points(pruned / name)
+            keep = x <= at[0]["compute"] * (1 + 1e-9)
+            compute[name] = float(at[0]["compute"])
+            outlooks[name] = fit_outlook(x[keep], y[keep], float(runs[name]["budget"]))
+        for name, d in decide(outlooks, state.get("margin", DEFAULT_MARGIN)).items():
+            if d.stop:
+                was = runs[name]
+                if was.get("state") != "pruned" or (was.get("stopped_at") or 2.0) > share:
+                    was.update(state="pruned", stopped_at=share, reason=d.reason, replayed_compute=compute[name])
+                alive.discard(name)
+    return runs
+
+
+def analyse(unpruned: Path, pruned: Path, margin: float = DEFAULT_MARGIN, replayed: bool = False) -> dict[str, Any]:
+    state = json.loads((pruned / "sweep.json").read_text(encoding="utf-8")).get("pruning")
+    if not state:
+        raise UserError(f"{pruned}/sweep.json has no 'pruning' record: run the sweep with --prune")
+    runs = replay(pruned, state) if replayed else state["runs"]
+    fits_u = {name: fit_run(unpruned / name) for name in runs}
+    fits_p = {name: fit_run(pruned / name) for name, r in runs.items() if r.get("state") == "finished"}
+    win_u, win_p = winner(fits_u, margin), winner(fits_p, margin)
+    plain_u = winner(fits_u, margin, identified_only=False)
+    a_win = fits_u[win_u].A if win_u else None
+    ends = {}
+    for name in runs:
+        _, y_u = points(unpruned / name)
+        ends[name] = float(y_u[-LAST_N:].mean()) if y_u.size else None
+    end_win = ends.get(win_u) if win_u else None
+    rows = []
+    for name, r in runs.items():
+        x_u, _ = points(unpruned / name)
+        x_p, _ = points(pruned / name)
+        c_u, c_p = float(x_u.max()) if x_u.size else 0.0, float(x_p.max()) if x_p.size else 0.0
+        c_p = float(r.get("replayed_compute", c_p))
+        f = fits_u[name]
+        outside = bool(ends[name] is not None and end_win is not None and ends[name] < end_win - margin)
+        share = c_p / c_u if c_u > 0 else None
+        rows.append({"run": name, "state": r.get("state"),
+                     "stopped_at": rung_name(r["stopped_at"]) if r.get("stopped_at") else None,
+                     "reason": r.get("reason"), "compute_unpruned": c_u, "compute_pruned": c_p, "share": share,
+                     "A_unpruned": f.A if f is not None else None, "end_unpruned": ends[name],
+                     "identified": bool(f.identified) if f is not None else None,
+                     "outside_margin": outside,
+                     "within_limit": (share is not None and share <= SHARE_LIMIT) if outside else None})
+    total_u = sum(r["compute_unpruned"] for r in rows)
+    total_p = sum(r["compute_pruned"] for r in rows)
+    same = win_u == win_p or (win_p is not None and fits_u.get(win_p) is not None and a_win is not None
+                              and abs(fits_u[win_p].A - a_win) <= margin)
+    outside = [r for r in rows if r["outside_margin"]]
+    return {"margin": margin, "winner_unpruned": win_u, "winner_pruned": win_p, "A_winner_unpruned": a_win,
+            "end_winner_unpruned": end_win, "first_of_plain_ranking_unpruned": plain_u,
+            "same_winner_or_within_margin": bool(same), "rows": rows,
+            "total_compute_unpruned": total_u, "total_compute_pruned": total_p,
+            "total_share": total_p / total_u if total_u else None,
+            "outside_margin": len(outside), "outside_within_limit": sum(bool(r["within_limit"]) for r in outside)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("unpruned", type=Path)
+    ap.add_argument("pruned", type=Path)
+    ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--replay", action="store_true", help="decide every rung again by today's rule (see above)")
+    args = ap.parse_args()
+    res = analyse(args.unpruned, args.pruned, args.margin, args.replay)
+    if args.replay:
+        print("REPLAY of the pruned sweep's recorded points with the rule as it now stands (not a new run)")
+    print(f"{'run':<16} {'A (unpruned)':>12} {'ends at':>7} {'unpruned dh':>11} {'pruned dh':>9} {'share':>6}  "
+          "pruned sweep")
+    for r in res["rows"]:
+        a = "-" if r["A_unpruned"] is None else f"{r['A_unpruned']:.3f}" + ("" if r["identified"] else "?")
+        end = "-" if r["end_unpruned"] is None else f"{r['end_unpruned']:.3f}"
+        share = "-" if r["share"] is None else f"{r['share']:.0%}"
+        where = r["state"] + (f" at {r['stopped_at']}" if r["stopped_at"] else "")
+        flag = "" if not r["outside_margin"] else ("  outside margin: ok" if r["within_limit"]
+                                                   else "  outside margin: OVER 30%")
+        print(f"{r['run']:<16} {a:>12} {end:>7} {r['compute_unpruned']:>11.4f} {r['compute_pruned']:>9.4f} {share:>6}  "
+              f"{where}{flag}")
+    print(f"('?': A not identified; 'ends at': mean of the last {LAST_N} unpruned evaluations)")
+    print(f"first of the plain ranking (every fit, identified or not): {res['first_of_plain_ranking_unpruned']}")
+    print(f"winner: unpruned {res['winner_unpruned']} (A {res['A_winner_unpruned']:.3f}, ends at "
+          f"{res['end_winner_unpruned']:.3f}), "
+          f"pruned {res['winner_pruned']}: {'same or within' if res['same_winner_or_within_margin'] else 'NOT within'}"
+          f" the margin {res['margin']}")
+    print(f"runs ending more than {res['margin']} below the winner: {res['outside_margin']}, of which "
+          f"{res['outside_within_limit']} got at most {SHARE_LIMIT:.0%} of their unpruned compute")
+    print(f"total compute: unpruned {res['total_compute_unpruned']:.4f}, pruned {res['total_compute_pruned']:.4f} "
+          f"device-hours ({res['total_share']:.0%})")
+    if args.json:
+        atomic.write_text(args.json, json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
