@@ -210,6 +210,7 @@ class ProcessBackend(ReadyBatches):
                 q.close()
             self.restarts.count("the generator process", f"last exit code {code}")
             lost = self._lost()
+            self.channel.renew_lock(self.ctx)  # it may have died holding the weights' lock
             print(f"warning: generator process died (exit code {code}); replacing it and regenerating "
                   f"batches {[r['index'] for r in lost]}", file=sys.stderr, flush=True)
             self._spawn()

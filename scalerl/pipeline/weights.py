@@ -27,6 +27,13 @@ class WeightChannel:
             self._version = _Box(version)
             self._lock = threading.Lock()
 
+    def renew_lock(self, ctx: mp.context.BaseContext) -> None:
+        """A new lock, for the trainer's process to call when a generator process has died: one killed inside
+        :meth:`snapshot` dies holding the lock, and its replacement (and the trainer's next :meth:`publish`) would
+        wait on it forever. Only readers (the generators) can die holding it, and a reader changes nothing, so the
+        tensors are whole."""
+        self._lock = ctx.Lock()
+
     def version(self) -> int:
         return int(self._version.value)
 
