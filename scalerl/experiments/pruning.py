@@ -176,4 +176,5 @@ def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGI
 
 
 def _basis(o: Outlook) -> str:
-    return {"A": "interval on A", "peak": "best so far (it stopped rising, and Eq. 1 does not describe it)"}.get(o.basis, "forecast at the budget")
+    named = {"A": "interval on A", "peak": "best so far (it stopped rising, and Eq. 1 does not describe it)"}
+    return named.get(o.basis, "forecast at the budget")
