@@ -41,12 +41,16 @@ from scalerl.experiments.pruning import decide, fit_outlook
 SHARE_LIMIT = 0.30  # issue #28: a run outside the winner's margin gets at most 30% of its unpruned compute
 
 
-def fit_run(run_dir: Path) -> Any:
-    """The fit of a run's whole curve (None when it cannot be fitted)."""
+def load_run(run_dir: Path) -> tuple[Any, Any]:
+    """(the run's series or None, the fit of its whole curve or None), read once."""
     try:
-        return fit_series(load_series(run_dir, DEFAULT_X, DEFAULT_Y))
+        series = load_series(run_dir, DEFAULT_X, DEFAULT_Y)
+    except (UserError, OSError):
+        return None, None
+    try:
+        return series, fit_series(series)
     except (FitError, UserError):
-        return None
+        return series, None
 
 
 LAST_N = 5  # where a run ends: the mean of its last 5 evaluations
@@ -67,6 +71,7 @@ def replay(pruned: Path, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """``state['runs']`` decided again rung by rung from the recorded points (see the module docstring): a run the
     rule now stops at an earlier rung gets that rung's compute and state ``pruned``."""
     runs = {name: dict(r) for name, r in state["runs"].items()}
+    recorded = {name: points(pruned / name) for name in runs}
     alive = set(runs)
     rungs = sorted({h["rung"] for r in runs.values() for h in r.get("history", [])})
     for share in rungs[:-1] if len(rungs) > 1 and rungs[-1] >= 1.0 else rungs:
@@ -75,7 +80,7 @@ def replay(pruned: Path, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
             at = [h for h in runs[name].get("history", []) if h["rung"] == share]
             if not at:
                 continue
-            x, y = points(pruned / name)
+            x, y = recorded[name]
             keep = x <= at[0]["compute"] * (1 + 1e-9)
             compute[name] = float(at[0]["compute"])
             outlooks[name] = fit_outlook(x[keep], y[keep], float(runs[name]["budget"]))
@@ -93,21 +98,21 @@ def analyse(unpruned: Path, pruned: Path, margin: float = DEFAULT_MARGIN, replay
     if not state:
         raise UserError(f"{pruned}/sweep.json has no 'pruning' record: run the sweep with --prune")
     runs = replay(pruned, state) if replayed else state["runs"]
-    fits_u = {name: fit_run(unpruned / name) for name in runs}
-    fits_p = {name: fit_run(pruned / name) for name, r in runs.items() if r.get("state") == "finished"}
+    loaded_u = {name: load_run(unpruned / name) for name in runs}
+    loaded_p = {name: load_run(pruned / name) for name in runs}
+    fits_u = {name: fit for name, (_, fit) in loaded_u.items()}
+    fits_p = {name: loaded_p[name][1] for name, r in runs.items() if r.get("state") == "finished"}
     win_u, win_p = winner(fits_u, margin), winner(fits_p, margin)
     plain_u = winner(fits_u, margin, identified_only=False)
     a_win = fits_u[win_u].A if win_u else None
-    ends = {}
-    for name in runs:
-        _, y_u = points(unpruned / name)
-        ends[name] = float(y_u[-LAST_N:].mean()) if y_u.size else None
+    ends = {name: float(s.y[-LAST_N:].mean()) if s is not None and s.y.size else None
+            for name, (s, _) in loaded_u.items()}
     end_win = ends.get(win_u) if win_u else None
     rows = []
     for name, r in runs.items():
-        x_u, _ = points(unpruned / name)
-        x_p, _ = points(pruned / name)
-        c_u, c_p = float(x_u.max()) if x_u.size else 0.0, float(x_p.max()) if x_p.size else 0.0
+        s_u, s_p = loaded_u[name][0], loaded_p[name][0]
+        c_u = float(s_u.x.max()) if s_u is not None and s_u.x.size else 0.0
+        c_p = float(s_p.x.max()) if s_p is not None and s_p.x.size else 0.0
         c_p = float(r.get("replayed_compute", c_p))
         f = fits_u[name]
         outside = bool(ends[name] is not None and end_win is not None and ends[name] < end_win - margin)

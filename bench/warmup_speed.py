@@ -20,6 +20,7 @@ side, so the seed spread of each side's skill is over rounds and the time ratio 
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 from pathlib import Path
@@ -60,10 +61,9 @@ def habit_rate(engine: Any, encode: Any, task: Any, n_samples: int, length: Any,
     return slips / max(total, 1)
 
 
-def run_side(cfg: Any, side: tuple[int, int, float], seed: int, skill_only: bool) -> dict[str, float]:
-    """Warm a fresh model up with ``side`` and measure its time and skill."""
+def run_side(cfg: Any, task: Any, side: tuple[int, int, float], seed: int, skill_only: bool) -> dict[str, float]:
+    """Warm a fresh model up with ``side`` and measure its time and skill on ``task``."""
     steps, batch, lr = side
-    task = build_task(cfg.task)
     bundle = build_model(cfg.model, seed)
     wcfg = WarmupConfig(steps=steps, batch_size=batch, lr=lr, cache=False)
     watch = Stopwatch().start()
@@ -101,18 +101,14 @@ def main() -> None:
         own = cfg.warmup.resolved(pretrained=False)
         fast = parse_side(args.fast) if args.fast else (own.steps or SCRATCH_WARMUP_STEPS, own.batch_size, own.lr)
         sides = {"today": TODAY, "fast": fast}
-    seeds = iter(range(args.seed, args.seed + args.rounds))
-    current = {"seed": args.seed}
+    task = build_task(cfg.task)
 
-    def side_fn(spec: tuple[int, int, float], first: bool):  # noqa: ANN202
-        def fn() -> dict[str, float]:
-            if first:
-                current["seed"] = next(seeds)
-            return run_side(cfg, spec, current["seed"], args.skill_only)
-        return fn
+    def side_fn(spec: tuple[int, int, float]):  # noqa: ANN202
+        seeds = itertools.count(args.seed)  # a side's i-th call is round i: model seed args.seed + i - 1
+        return lambda: run_side(cfg, task, spec, next(seeds), args.skill_only)
 
     names = list(sides)
-    res = rounds.interleave({n: side_fn(sides[n], i == 0) for i, n in enumerate(names)},
+    res = rounds.interleave({n: side_fn(sides[n]) for n in names},
                             rounds=args.rounds, threads=args.threads)
     keys = sorted({k for r in res.runs for k in r.values})
     print(f"\nwarm-up sides (steps, batch, lr): {sides}; model seeds {args.seed}..{args.seed + args.rounds - 1}")

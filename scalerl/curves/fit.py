@@ -195,6 +195,19 @@ def default_fit_from(
     return max(start, jump) if jump is not None else start
 
 
+def step_noise(y: Array) -> float:
+    """σ of one evaluation from the median successive difference (robust: one jump or collapse does not inflate
+    it; a trend that moves every step does)."""
+    return 1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2)
+
+
+def best_of_3(y: Array) -> tuple[int, float]:
+    """(start index, value) of the best mean of 3 consecutive evaluations: a run's peak, robust to one lucky one."""
+    smooth = np.convolve(y, np.ones(3) / 3, mode="valid")
+    top = int(np.argmax(smooth))
+    return top, float(smooth[top])
+
+
 def jump_end(x: Array, y: Array, fit_until: float | None = None) -> float | None:
     """Where an early transient (format learning, 0.00 → 0.46 in a few evaluations) ends, or None.
 
@@ -214,7 +227,7 @@ def jump_end(x: Array, y: Array, fit_until: float | None = None) -> float | None
     if xs.size < MIN_KEPT + 2:
         return None
     s = median_filter(ys, size=3, mode="nearest")
-    sigma = 1.4826 * float(np.median(np.abs(np.diff(ys)))) / np.sqrt(2)
+    sigma = step_noise(ys)
     x0, s0, x_end, s_end = xs[0], s[0], xs[-1], float(np.mean(s[-3:]))
     total = float(s.max()) - s0
     best, best_ratio = None, JUMP_RATIO
@@ -409,8 +422,8 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
     top = r.A_ci[1] if r.A_ci is not None and r.A_ci[1] is not None and not r.A_fixed else r.A
     if r.model == "sigmoid" and top < now.level - 2 * sigma:
         why.append(f"A = {r.A:.3f} (interval top {top:.3f}) is below the run's current level ({now.level:.3f})")
-    if falls(p.y):
-        peak = float(np.max(np.convolve(p.y, np.ones(3) / 3, mode="valid")))
+    if now.held:  # the level is held because the reward falls (:func:`falls`, in :func:`_attach_forecast`)
+        peak = best_of_3(p.y)[1]
         why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); Eq. 1 cannot fall")
     return why
 
@@ -426,10 +439,8 @@ def falls(y: Array) -> bool:
       and the first test alone misses a run that has lost most of what it learnt."""
     if y.size < 4:
         return False
-    sigma = max(1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2), 1e-12)
-    smooth = np.convolve(y, np.ones(3) / 3, mode="valid")
-    top = int(np.argmax(smooth))
-    peak = float(smooth[top])
+    sigma = max(step_noise(y), 1e-12)
+    top, peak = best_of_3(y)
     if peak - y[-1] > FALL_NOISE * sigma:
         return True
     rise = peak - float(np.min(y[: top + 3]))

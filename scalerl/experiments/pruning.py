@@ -33,6 +33,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from scalerl.curves import FitError, FitResult, fit_curve
+from scalerl.curves.fit import best_of_3, step_noise
 
 DEFAULT_MARGIN = 0.02  # App. A.5: differences of A within 0.02 are ties
 DEFAULT_LEVEL = 0.8  # the forecast interval used while A is not identified
@@ -126,15 +127,13 @@ def stalled_outlook(x: Sequence[float], y: Sequence[float], *, level: float = DE
                     min_points: int = MIN_POINTS) -> Outlook | None:
     """For a run that rose and then stopped rising (see the module docstring), its best so far as the most it can
     reach: the best mean of 3 consecutive evaluations plus the band's quantile of one evaluation's noise (σ from
-    the median successive difference, as :func:`scalerl.curves.fit.falls` reads it); the last evaluation is its
+    the median successive difference: :func:`scalerl.curves.fit.step_noise`); the last evaluation is its
     value. None when it has too few evaluations, has not risen, or its best is among its latest (still rising)."""
     y = np.asarray(y, dtype=float)
     if y.size < min_points:
         return None
-    sigma = 1.4826 * float(np.median(np.abs(np.diff(y)))) / np.sqrt(2)
-    smooth = np.convolve(y, np.ones(3) / 3, mode="valid")
-    top = int(np.argmax(smooth))  # the best window is y[top : top + 3]
-    peak = float(smooth[top])
+    sigma = step_noise(y)
+    top, peak = best_of_3(y)  # the best window is y[top : top + 3]
     if top + 3 >= y.size or peak - float(y[0]) <= STALL_RISE * sigma:
         return None
     z = float(ndtri(0.5 + level / 2))
