@@ -16,11 +16,17 @@ share, its state in the pruned sweep (finished or stopped, at which rung), and t
     python bench/prune_testbed.py runs/tb runs/tb-pruned
     python bench/prune_testbed.py runs/tb runs/tb-pruned --json prune_testbed.json
     python bench/prune_testbed.py runs/tb runs/tb-pruned --replay    # the decisions again, by today's rule
+    python bench/prune_testbed.py runs/tb --simulate                  # pruning decided on the unpruned curves
 
 ``--replay`` decides every rung again from the points each run had there in the pruned sweep (``prune.json``'s
 history gives the compute at each rung), with the rule as the code now states it (``pruning.decide`` is pure),
 and then reports the sweep as if the runs the rule now stops earlier had stopped there: a replay of recorded
 points, not a new run (a rerun would also see other noise and other machine load).
+
+``--simulate`` needs no pruned sweep: it decides every rung (``pruning.RUNGS``) on the unpruned sweep's own points
+up to that rung's share of each run's budget, the points a pruned sweep of the same runs would have had there.
+The runs of a sweep are independent, so this is the pruned sweep without its rerun (and without its noise): the
+way to try a change of the rule on a recorded sweep before paying for a new one.
 """
 
 from __future__ import annotations
@@ -31,12 +37,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import yaml
+
 from scalerl import atomic
 from scalerl.curves import DEFAULT_X, DEFAULT_Y, FitError, compare_fits, fit_series, load_series
 from scalerl.curves.compare import DEFAULT_MARGIN
 from scalerl.errors import UserError
 from scalerl.experiments.prune_sweep import points, rung_name
-from scalerl.experiments.pruning import decide, fit_outlook
+from scalerl.experiments.pruning import RUNGS, decide, fit_outlook
 
 SHARE_LIMIT = 0.30  # issue #28: a run outside the winner's margin gets at most 30% of its unpruned compute
 
@@ -93,8 +102,26 @@ def replay(pruned: Path, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return runs
 
 
-def analyse(unpruned: Path, pruned: Path, margin: float = DEFAULT_MARGIN, replayed: bool = False) -> dict[str, Any]:
-    state = json.loads((pruned / "sweep.json").read_text(encoding="utf-8")).get("pruning")
+def simulated_state(unpruned: Path, margin: float) -> dict[str, Any]:
+    """A pruning record for the unpruned sweep as if every run had been decided at every rung (``--simulate``)."""
+    runs = {}
+    for run_dir in sorted(d for d in unpruned.iterdir() if (d / "config.yaml").is_file()):
+        budget = float(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["max_device_hours"])
+        x, _ = points(run_dir)
+        history = [{"rung": share, "compute": float(x[x <= share * budget].max())}
+                   for share in RUNGS if np.any(x <= share * budget)]
+        runs[run_dir.name] = {"budget": budget, "state": "finished", "history": history}
+    if not runs:
+        raise UserError(f"{unpruned} holds no run directories (each with its config.yaml)")
+    return {"margin": margin, "runs": runs}
+
+
+def analyse(unpruned: Path, pruned: Path | None, margin: float = DEFAULT_MARGIN, replayed: bool = False) -> dict[str, Any]:
+    """The checks of the module docstring; ``pruned`` None: ``--simulate`` on the unpruned sweep."""
+    if pruned is None:
+        state, pruned, replayed = simulated_state(unpruned, margin), unpruned, True
+    else:
+        state = json.loads((pruned / "sweep.json").read_text(encoding="utf-8")).get("pruning")
     if not state:
         raise UserError(f"{pruned}/sweep.json has no 'pruning' record: run the sweep with --prune")
     runs = replay(pruned, state) if replayed else state["runs"]
@@ -140,14 +167,18 @@ def analyse(unpruned: Path, pruned: Path, margin: float = DEFAULT_MARGIN, replay
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("unpruned", type=Path)
-    ap.add_argument("pruned", type=Path)
+    ap.add_argument("pruned", type=Path, nargs="?", help="the --prune sweep (leave out with --simulate)")
     ap.add_argument("--margin", type=float, default=DEFAULT_MARGIN)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--replay", action="store_true", help="decide every rung again by today's rule (see above)")
+    ap.add_argument("--simulate", action="store_true", help="decide on the unpruned sweep's own points (see above)")
     args = ap.parse_args()
+    if (args.pruned is None) != args.simulate:
+        ap.error("give the pruned sweep, or --simulate without it")
     res = analyse(args.unpruned, args.pruned, args.margin, args.replay)
-    if args.replay:
-        print("REPLAY of the pruned sweep's recorded points with the rule as it now stands (not a new run)")
+    if args.replay or args.simulate:
+        what = "the unpruned sweep's points" if args.simulate else "the pruned sweep's recorded points"
+        print(f"REPLAY of {what} with the rule as it now stands (not a new run)")
     print(f"{'run':<16} {'A (unpruned)':>12} {'ends at':>7} {'unpruned dh':>11} {'pruned dh':>9} {'share':>6}  "
           "pruned sweep")
     for r in res["rows"]:

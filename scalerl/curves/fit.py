@@ -12,10 +12,11 @@ caller fitting while data is still arriving should catch exactly that.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
 import numpy as np
+from scipy.special import ndtri
 
 from scalerl.curves import paper, power, trust, uncertainty, vp
 from scalerl.curves.series import FitError, Series, TooFewPoints, check
@@ -388,7 +389,9 @@ def fit_curve(
         grids=grids,
     )
     result.fit_start = {"x": lo_x, "rule": start_rule, "fit_from": float(fit_from)}
-    _attach_forecast(result, p, lambda xf, yf: _law(vp.Problem(xf, yf, p.R0, p.A, bounded), method, model, grids, source))
+    ends = _interval_ends(p, q, grid, A_ci) if model == "sigmoid" and A is None else ()
+    _attach_forecast(result, p, lambda xf, yf: _law(vp.Problem(xf, yf, p.R0, p.A, bounded), method, model, grids, source),
+                     ends)
     result.predictions = [(float(c), float(result.forecast(c))) for c in predict_at]
     _check_support(result)
     result.heldout = _score_heldout(result)
@@ -406,6 +409,18 @@ def _law(p: vp.Problem, method: str, model: str, grids: Grids, source: str) -> C
     # vp from its single best grid start (the main fit refines three): a backtest needs the basin, not 1e-12
     q = vp.fit(p, n_starts=1) if method == "vp" else FIT_METHODS.get(method, "method")(p, vp.make_grid(p), grids)
     return lambda c: sigmoid(c, q.R0, q.A, q.B, q.Cmid)
+
+
+def _interval_ends(p: vp.Problem, q: vp.Params, grid: vp.Grid,
+                   A_ci: tuple[float | None, float | None] | None) -> tuple[Callable[[Array], Array], ...]:
+    """Eq. 1 refitted with A fixed at each end of its interval (other than Â itself): the laws the data still
+    allows at the interval's level, whose further gains bound the forecast's parameter uncertainty."""
+    out = []
+    for a in A_ci or ():
+        if a is not None and abs(a - q.A) > 1e-9:
+            e = vp.fit(p.fixing(float(a)), grid, n_starts=1)
+            out.append(lambda c, e=e: sigmoid(c, e.R0, e.A, e.B, e.Cmid))
+    return tuple(out)
 
 
 def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
@@ -448,14 +463,20 @@ def falls(y: Array) -> bool:
     return sustained and peak - float(y[-1]) > FALL_GIVEN_BACK * rise
 
 
-def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array], Callable[[Array], Array]]) -> None:
-    """The forecast after the window, its trust record, and the degenerate-fit flags (:mod:`.trust`)."""
-    now = trust.local_level(r.predict, p.x, p.y, held=falls(p.y))
-    bt = trust.backtest(p.x, p.y, refit, r.bounded)
+def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array], Callable[[Array], Array]],
+                     ends: tuple[Callable[[Array], Array], ...] = ()) -> None:
+    """The forecast after the window, its trust record, and the degenerate-fit flags (:mod:`.trust`); ``ends``:
+    the law at the ends of A's interval (:func:`_interval_ends`), for the forecast band's parameter uncertainty."""
+    n_params = p.n_params if r.model == "sigmoid" else 3 - (p.A is not None)  # the power law: A, D, B
+    now = trust.local_level(r.predict, p.x, p.y, held=falls(p.y), n_params=n_params)
+    if p.x.size <= n_params:  # the law passes through every point: its residuals say nothing about the noise
+        now = replace(now, noise=step_noise(p.y) ** 2)
+    bt = trust.backtest(p.x, p.y, refit, r.bounded, n_params)
     why = _degenerate(r, p, now)
     weight = 0.0 if why else (bt.weight if bt is not None else 1.0)
     drift = bt.drift if bt is not None else float(np.sqrt(now.noise + now.drift))
-    r.forecaster = trust.Forecast(float(p.x[0]), float(p.x[-1]), now, weight, drift, r.bounded)
+    r.forecaster = trust.Forecast(float(p.x[0]), float(p.x[-1]), now, weight, drift, r.bounded, ends,
+                                  float(ndtri(0.5 + r.ci_level / 2)))
     if why:
         r.reliable = False
         if r.identified and not r.A_fixed:

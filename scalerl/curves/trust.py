@@ -21,9 +21,12 @@ the fit window, and says how well that prediction did on the run's own past.
   two, the choice that is never the worse of them by more than half their difference.
 * **Interval.** A held-out evaluation differs from the forecast by white evaluation noise, the filter's error on
   the current drift, the drift's spread as it decorrelates over the evaluations ahead (all from the noise model),
-  and an error that grows linearly with the horizon beyond that (measured by the same inner backtest, per
-  window-span of horizon). The band is normal with that variance, widened by :data:`CALIBRATION`, one factor for
-  all curves and cuts, chosen so that 80 % bands cover ~80 % of the held-out points of the real-curve corpus
+  an error that grows linearly with the horizon beyond that (measured by the same inner backtest, per
+  window-span of horizon), and the uncertainty of the law's further gain from its parameters (the gain of Eq. 1
+  refitted at the ends of A's profile interval, App. A.5), in the share the forecast follows. The band is
+  normal with that variance. Without the last term a run fitted before its midpoint got a band a few hundredths
+  wide four window-lengths ahead while A's interval spanned a quarter; with it, pooled over the real-curve
+  corpus's three cuts, 80 % bands cover ~80 % of the held-out points with no widening factor
   (``bench/forecast_backtest.py``; docs/RESULTS.md).
 * **Trust.** The inner backtest is also the trust signal: "fitted on its first 60 %, the forecast predicted the
   next 40 % within e; carrying the last value forward: e_cf". ``better_than_ruler`` is ``e < e_cf``.
@@ -47,7 +50,6 @@ WEIGHTS = (0.0, 1.0)  # the forecast follows the law's further gain, or holds th
 COMBINED = 0.5  # ... or, when the inner backtest scored too few points to choose, half of each
 MIN_CHOICE = 3  # points the inner backtest must score before it chooses between holding and following
 FILTER_MEMORY = 500  # the Kalman filter runs over at most the last this many residuals (a 10⁶-row run stays fast)
-CALIBRATION = 1.15  # widening of the normal band: pooled over the corpus's three cuts, 80 % bands then cover ~78 % (RESULTS.md)
 
 Law = Callable[[Array], Array]
 
@@ -86,10 +88,11 @@ class Level:
         return 0.5 * (self.state * decay + self.tail_bias), var
 
 
-def local_level(law: Law, x: Array, y: Array, Q: Array | None = None, held: bool = False) -> Level:
+def local_level(law: Law, x: Array, y: Array, Q: Array | None = None, held: bool = False, n_params: int = 0) -> Level:
     """:class:`Level` at ``x[-1]``: (φ, λ) by :func:`.uncertainty.noise_correlation` on the residuals (``Q``: an
     orthonormal basis of the fit's tangent space; a constant column when None), total variance from the residuals'
-    mean square, then the Kalman filter of the AR(1)-plus-noise model over the residuals in training order."""
+    sum of squares over their degrees of freedom (``n_params``: the law's fitted parameters), then the Kalman
+    filter of the AR(1)-plus-noise model over the residuals in training order."""
     from scalerl.curves.uncertainty import noise_correlation
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
@@ -97,7 +100,7 @@ def local_level(law: Law, x: Array, y: Array, Q: Array | None = None, held: bool
     if Q is None:
         Q = np.ones((e.size, 1)) / np.sqrt(e.size)
     phi, lam = noise_correlation(e, Q)
-    total = float(np.mean(e * e))
+    total = float(e @ e) / max(e.size - n_params, 1)
     drift, noise = lam * total, (1 - lam) * total
     s, P = 0.0, drift
     for v in e[-FILTER_MEMORY:]:  # φ ≤ 0.98: the state forgets older residuals long before this many
@@ -119,6 +122,8 @@ class Forecast:
     weight: float  # share of the law's further gain followed (0: hold the level)
     drift: float  # error sd added per window-span of horizon beyond the noise model (from the inner backtest)
     bounded: bool
+    alternatives: tuple[Law, ...] = ()  # the law refitted with A at each end of its interval (App. A.5's profile)
+    alternatives_z: float = 1.96  # the normal quantile of that interval's level: a gain difference / z is one sd
 
     def __call__(self, law: Law, c: Any) -> Array:
         c = np.asarray(c, dtype=float)
@@ -127,16 +132,28 @@ class Forecast:
         out = np.where(c >= self.x_end, after, law(c))
         return np.clip(out, 0.0, 1.0) if self.bounded else out
 
-    def sd(self, c: Any) -> Array:
+    def gain_sd(self, law: Law, c: Any) -> Array:
+        """Standard deviation of the law's further gain ``law(C) − law(x_end)`` from its parameters' uncertainty:
+        the largest difference from the gain of a law refitted with A at an end of its interval, over that
+        interval's normal quantile. Far beyond the window, where A decides the gain, this is what a band made
+        only of noise leaves out (a run fitted before its midpoint can end anywhere in A's interval)."""
+        c = np.maximum(np.asarray(c, dtype=float), self.x_end)
+        end = np.asarray(self.x_end)
+        gain = law(c) - law(end)
+        diffs = [np.abs(alt(c) - alt(end) - gain) for alt in self.alternatives]
+        return np.max(diffs, axis=0) / self.alternatives_z if diffs else np.zeros_like(c)
+
+    def sd(self, law: Law, c: Any) -> Array:
         """Standard deviation of a single evaluation at ``c`` around the forecast: noise, the level's error, the
-        random walk over the evaluations ahead, and the backtest's drift over the horizon."""
+        random walk over the evaluations ahead, the backtest's drift over the horizon, and the uncertainty of
+        the share of the law's further gain that the forecast follows (:meth:`gain_sd`)."""
         _, var = self.now.ahead(c, self.x_end)
         h = np.maximum(np.asarray(c, dtype=float) - self.x_end, 0.0) / max(self.x_end - self.x_start, 1e-300)
-        return np.sqrt(var + (self.drift * h) ** 2)
+        return np.sqrt(var + (self.drift * h) ** 2 + (self.weight * self.gain_sd(law, c)) ** 2)
 
     def interval(self, law: Law, c: Any, level: float) -> tuple[Array, Array]:
         mid = self(law, c)
-        half = CALIBRATION * float(ndtri(0.5 + level / 2)) * self.sd(c)
+        half = float(ndtri(0.5 + level / 2)) * self.sd(law, c)
         lo, hi = mid - half, mid + half
         return (np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)) if self.bounded else (lo, hi)
 
@@ -171,9 +188,11 @@ class Backtest:
         return best if self.errors[best] < self.carry_forward_err else 0.0
 
 
-def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: bool) -> Backtest | None:
-    """:class:`Backtest` on the window's points ``(x, y)``; ``refit`` fits the law to a prefix (it raises
-    :class:`~scalerl.curves.series.FitError` when the prefix is too short). None when there are too few points."""
+def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: bool,
+             n_params: int = 0) -> Backtest | None:
+    """:class:`Backtest` on the window's points ``(x, y)``; ``refit`` fits the law (``n_params`` parameters) to a
+    prefix (it raises :class:`~scalerl.curves.series.FitError` when the prefix is too short). None when there are
+    too few points."""
     from scalerl.curves.series import FitError
 
     n = x.size
@@ -185,7 +204,7 @@ def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: 
     except FitError:
         return None
     xf, yf, xh, yh = x[:k], y[:k], x[k:], y[k:]
-    now = local_level(law, xf, yf)
+    now = local_level(law, xf, yf, n_params=n_params)
     gain = law(xh) - law(xf[-1:])
     base, var = now.ahead(xh, float(xf[-1]))
     errors, resid = {}, {}
