@@ -90,17 +90,20 @@ class Level:
 
 def local_level(law: Law, x: Array, y: Array, Q: Array | None = None, held: bool = False, n_params: int = 0) -> Level:
     """:class:`Level` at ``x[-1]``: (φ, λ) by :func:`.uncertainty.noise_correlation` on the residuals (``Q``: an
-    orthonormal basis of the fit's tangent space; a constant column when None), total variance from the residuals'
-    sum of squares over their degrees of freedom (``n_params``: the law's fitted parameters), then the Kalman
-    filter of the AR(1)-plus-noise model over the residuals in training order."""
-    from scalerl.curves.uncertainty import noise_correlation
+    orthonormal basis of the fit's tangent space; a constant column when None), the total variance ``σ²`` from
+    the residuals' sum of squares, whose expectation is ``σ²·tr(MΣ)`` (``M = I − QQᵀ``, ``Σ`` the noise model's
+    correlation; ``n − p`` for white noise, less when the fitted curve absorbs slow drift; parameters of the law
+    that ``Q`` does not span, ``n_params`` in all, count as white), then the Kalman filter of the
+    AR(1)-plus-noise model over the residuals in training order."""
+    from scalerl.curves.uncertainty import correlated_dof, noise_correlation
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     e = y - law(x)
     if Q is None:
         Q = np.ones((e.size, 1)) / np.sqrt(e.size)
     phi, lam = noise_correlation(e, Q)
-    total = float(e @ e) / max(e.size - n_params, 1)
+    dof = correlated_dof(Q, phi, lam) - max(n_params - Q.shape[1], 0)
+    total = float(e @ e) / max(dof, 1.0)
     drift, noise = lam * total, (1 - lam) * total
     s, P = 0.0, drift
     for v in e[-FILTER_MEMORY:]:  # φ ≤ 0.98: the state forgets older residuals long before this many

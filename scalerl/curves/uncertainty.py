@@ -119,6 +119,12 @@ def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
     return float(_PHI[j]), float(lam[i, 0, 0])
 
 
+def correlated_dof(Q: Array, phi: float, lam: float) -> float:
+    """``tr(MΣ)`` for ``Σ = λ·φ^|i−j| + (1−λ)·I`` and ``M = I − QQᵀ``: the expected residual sum of squares over
+    the noise variance (``n − p`` for white noise). O(n·p) memory."""
+    return Q.shape[0] - float(np.sum(Q * (lam * _ar1(Q, phi) + (1 - lam) * Q)))
+
+
 def threshold(p: vp.Problem, q: vp.Params, level: float) -> tuple[float, float, float, float]:
     """``Δ`` for the profile, plus (κ, φ, ν). See the module docstring for the derivation. Every product with
     ``Σ`` goes through :func:`_ar1`, so memory is O(n·p) (the traces are expanded as in :func:`_moments`)."""
