@@ -116,7 +116,8 @@ def simulated_state(unpruned: Path, margin: float) -> dict[str, Any]:
     return {"margin": margin, "runs": runs}
 
 
-def analyse(unpruned: Path, pruned: Path | None, margin: float = DEFAULT_MARGIN, replayed: bool = False) -> dict[str, Any]:
+def analyse(unpruned: Path, pruned: Path | None, margin: float = DEFAULT_MARGIN,
+            replayed: bool = False) -> dict[str, Any]:
     """The checks of the module docstring; ``pruned`` None: ``--simulate`` on the unpruned sweep."""
     if pruned is None:
         state, pruned, replayed = simulated_state(unpruned, margin), unpruned, True

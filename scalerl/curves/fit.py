@@ -390,8 +390,8 @@ def fit_curve(
     )
     result.fit_start = {"x": lo_x, "rule": start_rule, "fit_from": float(fit_from)}
     ends = _interval_ends(p, q, grid, A_ci) if model == "sigmoid" and A is None else ()
-    _attach_forecast(result, p, lambda xf, yf: _law(vp.Problem(xf, yf, p.R0, p.A, bounded), method, model, grids, source),
-                     ends)
+    refit = lambda xf, yf: _law(vp.Problem(xf, yf, p.R0, p.A, bounded), method, model, grids, source)  # noqa: E731
+    _attach_forecast(result, p, refit, ends)
     result.predictions = [(float(c), float(result.forecast(c))) for c in predict_at]
     _check_support(result)
     result.heldout = _score_heldout(result)
@@ -468,9 +468,11 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
     """The forecast after the window, its trust record, and the degenerate-fit flags (:mod:`.trust`); ``ends``:
     the law at the ends of A's interval (:func:`_interval_ends`), for the forecast band's parameter uncertainty."""
     n_params = p.n_params if r.model == "sigmoid" else 3 - (p.A is not None)  # the power law: A, D, B
-    Q = _tangent_basis(p, vp.Params(r.R0, r.A, r.B, r.Cmid, r.sse)) if r.model == "sigmoid" else None
+    exact = p.x.size <= n_params  # the law passes through every point: its residuals say nothing about the noise
+    fitted = vp.Params(r.R0, r.A, r.B, r.Cmid, r.sse)
+    Q = None if r.model != "sigmoid" or exact else uncertainty.tangent_basis(p, fitted)[0]
     now = trust.local_level(r.predict, p.x, p.y, Q, held=falls(p.y), n_params=n_params)
-    if p.x.size <= n_params:  # the law passes through every point: its residuals say nothing about the noise
+    if exact:
         now = replace(now, noise=step_noise(p.y) ** 2)
     bt = trust.backtest(p.x, p.y, refit, r.bounded, n_params)
     why = _degenerate(r, p, now)
@@ -485,15 +487,6 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
         r.warnings.append(f"{r.source}: Eq. 1 does not describe this window: {'; '.join(why)}; "
                           "the forecast holds the current level and A is not identified")
     r.trust = trust.trust_json(bt, p.x.size, weight, why)
-
-
-def _tangent_basis(p: vp.Problem, q: vp.Params) -> Array | None:
-    """An orthonormal basis of Eq. 1's tangent space at the fit (the columns of its Jacobian), or None when the
-    window has no more points than parameters."""
-    if p.x.size <= p.n_params:
-        return None
-    U, sv, _ = np.linalg.svd(uncertainty.jacobian(p, q), full_matrices=False)
-    return U[:, sv > sv[0] * 1e-10] if sv[0] > 0 else None
 
 
 def _check_support(r: FitResult) -> None:

@@ -99,7 +99,7 @@ def local_level(law: Law, x: Array, y: Array, Q: Array | None = None, held: bool
 
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     e = y - law(x)
-    if Q is None:
+    if Q is None or Q.shape[1] == 0:
         Q = np.ones((e.size, 1)) / np.sqrt(e.size)
     phi, lam = noise_correlation(e, Q)
     dof = correlated_dof(Q, phi, lam) - max(n_params - Q.shape[1], 0)

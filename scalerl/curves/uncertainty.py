@@ -65,6 +65,14 @@ def jacobian(p: vp.Problem, q: vp.Params) -> Array:
     return np.column_stack(cols + [ds * np.log(p.x / q.Cmid), -ds])
 
 
+def tangent_basis(p: vp.Problem, q: vp.Params) -> tuple[Array, Array, Array]:
+    """The thin SVD of the fit's Jacobian on its non-degenerate directions: (U, singular values, Vᵀ); U is an
+    orthonormal basis of the tangent space, so the residual projector is ``M = I − UUᵀ``."""
+    U, sv, Vt = np.linalg.svd(jacobian(p, q), full_matrices=False)
+    keep = sv > sv[0] * 1e-10
+    return U[:, keep], sv[keep], Vt[keep]
+
+
 def _ar1(X: Array, phi: float) -> Array:
     """``T X`` for the AR(1) kernel ``T_ij = φ^|i−j|``, by one forward and one backward recursion: O(n) time and
     memory per column, where the n×n matrix would need n² (a 10⁶-row run: terabytes)."""
@@ -128,11 +136,8 @@ def correlated_dof(Q: Array, phi: float, lam: float) -> float:
 def threshold(p: vp.Problem, q: vp.Params, level: float) -> tuple[float, float, float, float]:
     """``Δ`` for the profile, plus (κ, φ, ν). See the module docstring for the derivation. Every product with
     ``Σ`` goes through :func:`_ar1`, so memory is O(n·p) (the traces are expanded as in :func:`_moments`)."""
-    J = jacobian(p, q)
-    n = J.shape[0]
-    U, sv, Vt = np.linalg.svd(J, full_matrices=False)
-    keep = sv > sv[0] * 1e-10
-    Q = U[:, keep]
+    Q, sv, Vt = tangent_basis(p, q)
+    n = Q.shape[0]
     s = efficiency(p.x, q.B, q.Cmid)
     e = p.y - (q.R0 * (1 - s) + q.A * s)
     phi, lam = noise_correlation(e, Q)
@@ -149,7 +154,7 @@ def threshold(p: vp.Problem, q: vp.Params, level: float) -> tuple[float, float, 
     dof = max(tr * tr / tr_ms2, 1.0)
     # row A of (JᵀJ)⁻¹ Jᵀ = V diag(1/sv) Uᵀ on the kept directions
     a = 0 if p.R0 is not None else 1  # column of A in J
-    w = ((Vt[keep].T / sv[keep])[a]) @ Q.T
+    w = ((Vt.T / sv)[a]) @ Q.T
     white = float(w @ w)
     kappa = max(float(w @ sigma_times(w)) / white, 1.0) if white > 0 else 1.0
     sigma2 = q.sse / max(tr, 1e-12)
