@@ -418,7 +418,7 @@ def _interval_ends(p: vp.Problem, q: vp.Params, grid: vp.Grid,
     out = []
     for a in A_ci or ():
         if a is not None and abs(a - q.A) > 1e-9:
-            e = vp.fit(p.fixing(float(a)), grid, n_starts=1)
+            e = vp.fit(p.fixing(float(a)), grid, n_starts=1, tol=1e-4)  # a variance term: B, Cmid to 1e-4 will do
             out.append(lambda c, e=e: sigmoid(c, e.R0, e.A, e.B, e.Cmid))
     return tuple(out)
 

@@ -111,10 +111,11 @@ def grid_minima(sse: Array, k: int) -> list[tuple[int, int]]:
     return [tuple(map(int, idx[i])) for i in order]
 
 
-def fit(p: Problem, grid: Grid | None = None, n_starts: int = N_STARTS) -> Params:
+def fit(p: Problem, grid: Grid | None = None, n_starts: int = N_STARTS, tol: float = 1e-12) -> Params:
     """The least-squares optimum of Eq. 1 for problem ``p``: grid over (B, Cmid), then local refinement of the
-    ``n_starts`` best grid minima. ``grid`` (from :func:`make_grid` on the same points) saves recomputing sums."""
+    ``n_starts`` best grid minima to ``tol``. ``grid`` (from :func:`make_grid` on the same points) saves
+    recomputing sums."""
     g = grid or make_grid(p)
     _, _, sse = projection.solve(g.sums, p.R0, p.A, p.bounded)
-    best = [refine(p, float(g.B[i, 0]), float(g.Cmid[0, j])) for i, j in grid_minima(sse, n_starts)]
+    best = [refine(p, float(g.B[i, 0]), float(g.Cmid[0, j]), tol) for i, j in grid_minima(sse, n_starts)]
     return min(best, key=lambda q: q.sse)

@@ -5,10 +5,8 @@ The rule, stated once and used by ``scalerl sweep --prune``, ``scalerl loo --pru
 (:mod:`scalerl.experiments.prune_sweep`) and the Optuna pruner (:mod:`scalerl.integrations.optuna`):
 
     Every live run is fitted (Eq. 1) on the points it has so far. Its *outlook* is an interval on where it can
-    end: when A is identified, the interval on A, its upper end raised where needed to the top of the forecast's
-    band at the full per-run budget (a pause early in a run can pass for saturation and pin A's interval below
-    where the run will be by then; a reward it can reach at the budget is one its A must reach); otherwise the
-    forecast at the full per-run budget with its interval. The *leader* is the run with the highest lower end. A run stops when the upper end of its outlook
+    end: the interval on A when A is identified, otherwise the forecast at the full per-run budget with its
+    interval. The *leader* is the run with the highest lower end. A run stops when the upper end of its outlook
     lies more than ``margin`` (the paper's ±0.02 on A, App. A.5) below the leader's lower end. A run without an
     outlook (too few points, an early transient still in progress, or a curve Eq. 1 does not describe) is never
     stopped: pruning acts only on forecasts that can be trusted. The one exception is a run that Eq. 1 does not
@@ -94,13 +92,11 @@ def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -
         return None
     ceiling = 1.0 if fit.bounded else math.inf
     compute = float(np.max(fit.x)) if len(fit.x) else 0.0
-    band = forecast_band(fit, budget, level)
     if fit.identified and fit.A_ci is not None:
-        lo, hi = _finite(fit.A_ci[0], -math.inf), _finite(fit.A_ci[1], ceiling)
-        if band is not None:  # a pause early in a run can pass for saturation: a reward the forecast allows at the
-            hi = max(hi, band[1])  # budget is one its A must reach (below A's interval, the band is only "not yet")
-        return Outlook(float(fit.A), lo, hi, "A", compute)
+        lo, hi = fit.A_ci
+        return Outlook(float(fit.A), _finite(lo, -math.inf), _finite(hi, ceiling), "A", compute)
     value = float(np.asarray(fit.forecast(budget)).ravel()[0])  # the centre of the band below
+    band = forecast_band(fit, budget, level)
     if band is not None:
         lo, hi = band
     else:  # no forecast interval: the one-sided bound A's interval gives (the run cannot end above its ceiling)
@@ -179,5 +175,5 @@ def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGI
 
 
 def _basis(o: Outlook) -> str:
-    named = {"A": "interval on A (its top at least its forecast band's at the budget)", "peak": "best so far (it stopped rising, and Eq. 1 does not describe it)"}
+    named = {"A": "interval on A", "peak": "best so far (it stopped rising, and Eq. 1 does not describe it)"}
     return named.get(o.basis, "forecast at the budget")
