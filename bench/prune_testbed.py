@@ -127,7 +127,7 @@ def analyse(unpruned: Path, pruned: Path | None, margin: float = DEFAULT_MARGIN,
         raise UserError(f"{pruned}/sweep.json has no 'pruning' record: run the sweep with --prune")
     runs = replay(pruned, state) if replayed else state["runs"]
     loaded_u = {name: load_run(unpruned / name) for name in runs}
-    loaded_p = {name: load_run(pruned / name) for name in runs}
+    loaded_p = loaded_u if pruned == unpruned else {name: load_run(pruned / name) for name in runs}  # --simulate
     fits_u = {name: fit for name, (_, fit) in loaded_u.items()}
     fits_p = {name: loaded_p[name][1] for name, r in runs.items() if r.get("state") == "finished"}
     win_u, win_p = winner(fits_u, margin), winner(fits_p, margin)

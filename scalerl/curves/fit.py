@@ -469,8 +469,9 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
     the law at the ends of A's interval (:func:`_interval_ends`), for the forecast band's parameter uncertainty."""
     n_params = p.n_params if r.model == "sigmoid" else 3 - (p.A is not None)  # the power law: A, D, B
     exact = p.x.size <= n_params  # the law passes through every point: its residuals say nothing about the noise
-    fitted = vp.Params(r.R0, r.A, r.B, r.Cmid, r.sse)
-    Q = None if r.model != "sigmoid" or exact else uncertainty.tangent_basis(p, fitted)[0]
+    Q = None  # the noise model's tangent space: Eq. 1's Jacobian basis, or a constant column (power law, exact fit)
+    if r.model == "sigmoid" and not exact:
+        Q = uncertainty.tangent_basis(p, vp.Params(r.R0, r.A, r.B, r.Cmid, r.sse))[0]
     now = trust.local_level(r.predict, p.x, p.y, Q, held=falls(p.y), n_params=n_params)
     if exact:
         now = replace(now, noise=step_noise(p.y) ** 2)
