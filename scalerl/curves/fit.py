@@ -477,7 +477,7 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
         now = replace(now, noise=step_noise(p.y) ** 2)
     bt = trust.backtest(p.x, p.y, refit, r.bounded, n_params)
     why = _degenerate(r, p, now)
-    weight = 0.0 if why else (bt.weight if bt is not None else 1.0)
+    weight = 0.0 if why else (bt.weight if bt is not None else trust.COMBINED)
     drift = bt.drift if bt is not None else float(np.sqrt(now.noise + now.drift))
     r.forecaster = trust.Forecast(float(p.x[0]), float(p.x[-1]), now, weight, drift, r.bounded, ends,
                                   float(ndtri(0.5 + r.ci_level / 2)))

@@ -18,7 +18,9 @@ the fit window, and says how well that prediction did on the run's own past.
   law that did not beat a ruler on the run's own past is not followed into the future. With fewer than
   :data:`MIN_CHOICE` points after the inner cut the backtest cannot tell the two apart (two noisy points decide
   nothing), and the forecast takes half the law's further gain (``w = 0.5``): the equal-weight combination of the
-  two, the choice that is never the worse of them by more than half their difference.
+  two, the choice that is never the worse of them by more than half their difference. A window too short for any
+  inner backtest (fewer than :data:`MIN_SCORED` points after its cut) has even less to choose on and is combined
+  the same way (following the law in full there overshot a 5-point run whose fit put A at its bound).
 * **Interval.** A held-out evaluation differs from the forecast by white evaluation noise, the filter's error on
   the current drift, the drift's spread as it decorrelates over the evaluations ahead (all from the noise model),
   an error that grows linearly with the horizon beyond that (measured by the same inner backtest, per
@@ -225,10 +227,11 @@ def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: 
 
 def summary(bt: Backtest | None, n: int, weight: float) -> str:
     """The trust line a user reads beside a forecast (``weight``: the one the reported forecast uses)."""
-    if bt is None:
-        return f"too few points ({n}) in the fit window to backtest this run's own history: no track record"
-    pct = round(100 * bt.n_fit / (bt.n_fit + bt.n_scored))
     what = {0.0: "holding the current level", COMBINED: "half the curve's further gain"}.get(weight, "the curve")
+    if bt is None:
+        return (f"too few points ({n}) in the fit window to backtest this run's own history: no track record "
+                f"(the forecast takes {what.removeprefix('holding ')})")
+    pct = round(100 * bt.n_fit / (bt.n_fit + bt.n_scored))
     err = bt.errors[weight]
     verdict = "better than" if err < bt.carry_forward_err else "no better than"
     return (f"fitted on its first {pct}%, {what} predicted the next {100 - pct}% within {err:.3f}; "
