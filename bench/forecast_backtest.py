@@ -23,6 +23,7 @@ declined; any other exception is a crash and is listed with its traceback.
     python bench/forecast_backtest.py                       # corpus + synthetic set, cuts 0.25, 0.5, 0.75
     python bench/forecast_backtest.py --methods vp,paper,paper-data --json backtest.json
     python bench/forecast_backtest.py --cuts 0.5 --quiet --no-synthetic
+    python bench/forecast_backtest.py --corpus bench/curves/holdout --no-synthetic   # the held-out set
 """
 
 from __future__ import annotations
@@ -364,14 +365,16 @@ def _row_json(r: Row) -> dict[str, Any]:
 
 
 def run(cuts: tuple[float, ...], synthetic: bool, methods: list[str], quiet: bool, out_json: Path | None,
-        only: list[str] | None = None, console: Any = None) -> dict[str, Any]:
+        only: list[str] | None = None, console: Any = None, corpus_dir: Path = CORPUS) -> dict[str, Any]:
     from rich.console import Console
     from rich.markup import escape
 
     console = console or Console()
     t0 = time.perf_counter()
     crashes: list[Crash] = []
-    corpus = corpus_series()
+    if not (corpus_dir / "manifest.json").is_file():
+        raise UserError(f"--corpus: {corpus_dir} has no manifest.json (see bench/curves/README.md)")
+    corpus = corpus_series(corpus_dir)
     if only:
         unknown = sorted(set(only) - {s.source for s in corpus})
         if unknown:
@@ -381,7 +384,8 @@ def run(cuts: tuple[float, ...], synthetic: bool, methods: list[str], quiet: boo
     if synthetic:
         sets["synthetic"] = synthetic_series()
     result: dict[str, Any] = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                              "command": " ".join(sys.argv), "cuts": list(cuts), "sets": {}}
+                              "command": " ".join(sys.argv), "corpus": str(corpus_dir), "cuts": list(cuts),
+                              "sets": {}}
     main_cut = 0.5 if 0.5 in cuts else cuts[0]
     for name, series in sets.items():
         per_cut = {}
@@ -436,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quiet", action="store_true", help="aggregate lines only (no per-curve table, no tracebacks)")
     ap.add_argument("--no-synthetic", action="store_true", help="skip the synthetic set (Table 1 × 6 seeds)")
     ap.add_argument("--only", default="", metavar="ID[,ID]", help="only these corpus curves (manifest ids)")
+    ap.add_argument("--corpus", type=Path, default=CORPUS, metavar="DIR", help="the real-curve set: a folder with "
+                    "manifest.json and data/ (default bench/curves; bench/curves/holdout: the held-out set)")
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
@@ -443,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--methods: {m!r} is not a fit method; use some of: {', '.join(FIT_METHODS)}")
     only = [c.strip() for c in args.only.split(",") if c.strip()]
     try:
-        result = run(args.cuts, not args.no_synthetic, methods, args.quiet, args.json, only)
+        result = run(args.cuts, not args.no_synthetic, methods, args.quiet, args.json, only, corpus_dir=args.corpus)
     except UserError as e:
         ap.error(str(e))
     return 1 if result["crashes"] else 0
