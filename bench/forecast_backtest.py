@@ -68,9 +68,13 @@ def load_manifest(corpus: Path = CORPUS) -> list[dict[str, Any]]:
 
 
 def corpus_series(corpus: Path = CORPUS) -> list[Series]:
-    """Every corpus curve as the CLI reads it (``scalerl fit FILE --x step --y value``), named by its manifest id."""
-    entries = load_manifest(corpus)
-    return [replace(load_series(corpus / e["file"], x="step", y="value"), source=e["id"]) for e in entries]
+    """Every corpus curve as the CLI reads it (``scalerl fit FILE --x step --y value``), named by its manifest id;
+    an entry's ``scale`` (0.01 for a source that wrote percentages) converts its values to a fraction."""
+    out = []
+    for e in load_manifest(corpus):
+        s = load_series(corpus / e["file"], x="step", y="value")
+        out.append(replace(s, source=e["id"], y=s.y * float(e.get("scale", 1.0))))
+    return out
 
 
 def synthetic_series(seeds: int = SYNTHETIC_SEEDS, points: int = SYNTHETIC_POINTS) -> list[Series]:
