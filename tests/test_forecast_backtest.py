@@ -29,14 +29,16 @@ def _series(x: list[float], y: list[float], name: str = "tiny") -> Series:
                   rows=np.arange(1, len(x) + 1))
 
 
-CORPORA = [bt.CORPUS] + [bt.CORPUS / "holdout"] * (bt.CORPUS / "holdout" / "manifest.json").is_file()
+# (folder, at least this many curves, from at least this many repositories): the tuning corpus (issue #26 asks
+# for 20 curves from 4 sources) and the small held-out set (bench/curves/holdout/README.md)
+CORPORA = [(bt.CORPUS, 20, 5), (bt.CORPUS / "holdout", 5, 1)]
 
 
-@pytest.mark.parametrize("corpus", CORPORA, ids=lambda p: p.name)
-def test_every_manifest_entry_has_provenance_and_a_readable_file(corpus):
+@pytest.mark.parametrize("corpus, min_curves, min_sources", CORPORA, ids=lambda v: getattr(v, "name", None))
+def test_every_manifest_entry_has_provenance_and_a_readable_file(corpus, min_curves, min_sources):
     entries = bt.load_manifest(corpus)
-    assert len({e["id"] for e in entries}) == len(entries) >= 10
-    assert len({e["source_repo"] for e in entries}) >= (5 if corpus == bt.CORPUS else 3)
+    assert len({e["id"] for e in entries}) == len(entries) >= min_curves
+    assert len({e["source_repo"] for e in entries}) >= min_sources
     for e in entries:
         missing = [k for k in REQUIRED if not e.get(k)]
         assert not missing, f"{e.get('id')}: missing {missing}"
