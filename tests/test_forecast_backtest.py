@@ -39,6 +39,7 @@ def test_every_manifest_entry_has_provenance_and_a_readable_file(corpus, min_cur
     entries = bt.load_manifest(corpus)
     assert len({e["id"] for e in entries}) == len(entries) >= min_curves
     assert len({e["source_repo"] for e in entries}) >= min_sources
+    read = {s.source: s for s in bt.corpus_series(corpus)}  # what the backtest fits
     for e in entries:
         missing = [k for k in REQUIRED if not e.get(k)]
         assert not missing, f"{e.get('id')}: missing {missing}"
@@ -49,6 +50,7 @@ def test_every_manifest_entry_has_provenance_and_a_readable_file(corpus, min_cur
         assert not s.notes, f"{e['id']}: rows dropped while reading: {s.notes}"
         y = s.y * e.get("scale", 1.0)  # a source that wrote percentages says so (scale 0.01)
         assert np.all(np.diff(s.x) > 0) and np.all((y >= 0) & (y <= 1)), e["id"]
+        assert np.array_equal(read[e["id"]].y, y) and np.array_equal(read[e["id"]].x, s.x), e["id"]
 
 
 def test_naive_forecasts_on_a_hand_worked_curve():
