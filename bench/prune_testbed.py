@@ -17,6 +17,7 @@ share, its state in the pruned sweep (finished or stopped, at which rung), and t
     python bench/prune_testbed.py runs/tb runs/tb-pruned --json prune_testbed.json
     python bench/prune_testbed.py runs/tb runs/tb-pruned --replay    # the decisions again, by today's rule
     python bench/prune_testbed.py runs/tb --simulate                  # pruning decided on the unpruned curves
+    python bench/prune_testbed.py runs/tb --scan                      # the rule at every share of the budget
 
 ``--replay`` decides every rung again from the points each run had there in the pruned sweep (``prune.json``'s
 history gives the compute at each rung), with the rule as the code now states it (``pruning.decide`` is pure),
@@ -27,6 +28,11 @@ points, not a new run (a rerun would also see other noise and other machine load
 up to that rung's share of each run's budget, the points a pruned sweep of the same runs would have had there.
 The runs of a sweep are independent, so this is the pruned sweep without its rerun (and without its noise): the
 way to try a change of the rule on a recorded sweep before paying for a new one.
+
+``--scan`` applies the rule once at each share of the budget from 1/8 to 3/4 (steps of 1/40) to every run's
+unpruned points up to that share, as an Optuna pruner would whenever a trial reports, and counts the stops: *wrong*
+when the run ends within the margin of the winner's end, *right* otherwise. A rule is safe at the sweep's rungs by
+luck if it is not safe between them.
 """
 
 from __future__ import annotations
@@ -116,6 +122,28 @@ def simulated_state(unpruned: Path, margin: float) -> dict[str, Any]:
     return {"margin": margin, "runs": runs}
 
 
+def scan(unpruned: Path, margin: float = DEFAULT_MARGIN) -> list[dict[str, Any]]:
+    """``--scan`` (module docstring): per share, the runs stopped, wrongly (ending within ``margin`` of the
+    winner's end) or rightly."""
+    state = simulated_state(unpruned, margin)
+    loaded = {name: load_run(unpruned / name) for name in state["runs"]}
+    win = winner({name: fit for name, (_, fit) in loaded.items()}, margin)
+    ends = {name: float(s.y[-LAST_N:].mean()) for name, (s, _) in loaded.items() if s is not None and s.y.size}
+    if win is None:
+        raise UserError(f"{unpruned}: no run has an identified A, so there is no winner to compare with")
+    curves = {name: points(unpruned / name) for name in state["runs"]}
+    out = []
+    for share in np.arange(5, 31) / 40:
+        outlooks = {}
+        for name, (x, y) in curves.items():
+            keep = x <= share * state["runs"][name]["budget"] * (1 + 1e-9)
+            outlooks[name] = fit_outlook(x[keep], y[keep], state["runs"][name]["budget"])
+        stopped = sorted(name for name, d in decide(outlooks, margin).items() if d.stop)
+        wrong = [name for name in stopped if ends.get(name, -np.inf) >= ends[win] - margin]
+        out.append({"share": float(share), "wrong": wrong, "right": [n for n in stopped if n not in wrong]})
+    return out
+
+
 def analyse(unpruned: Path, pruned: Path | None, margin: float = DEFAULT_MARGIN,
             replayed: bool = False) -> dict[str, Any]:
     """The checks of the module docstring; ``pruned`` None: ``--simulate`` on the unpruned sweep."""
@@ -173,7 +201,16 @@ def main() -> int:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--replay", action="store_true", help="decide every rung again by today's rule (see above)")
     ap.add_argument("--simulate", action="store_true", help="decide on the unpruned sweep's own points (see above)")
+    ap.add_argument("--scan", action="store_true", help="the rule at every share of the budget (see above)")
     args = ap.parse_args()
+    if args.scan:
+        rows = scan(args.unpruned, args.margin)
+        for r in rows:
+            print(f"share {r['share']:.3f}: {len(r['wrong'])} wrong stop(s) {', '.join(r['wrong'])}; "
+                  f"{len(r['right'])} right")
+        if args.json:
+            atomic.write_text(args.json, json.dumps(rows, indent=2))
+        return 0
     if (args.pruned is None) != args.simulate:
         ap.error("give the pruned sweep, or --simulate without it")
     res = analyse(args.unpruned, args.pruned, args.margin, args.replay)

@@ -51,3 +51,21 @@ def test_simulate_stops_the_runs_far_below_and_keeps_the_winner(tmp_path):
     for name in ("good-a", "good-b"):
         assert rows[name]["state"] == "finished" and rows[name]["share"] == 1.0
     assert res["total_compute_pruned"] < res["total_compute_unpruned"]
+
+
+def test_scan_decides_at_every_share_and_calls_a_stop_of_a_tied_run_wrong(tmp_path, monkeypatch):
+    root = _sweep(tmp_path / "sweep", {"good-a": 0.75, "good-b": 0.745, "bad-a": 0.50, "bad-b": 0.52})
+    rows = pt.scan(root, 0.02)
+    assert [r["share"] for r in rows] == [k / 40 for k in range(5, 31)]
+    assert not any(r["wrong"] for r in rows) and set(rows[-1]["right"]) == {"bad-a", "bad-b"}
+    # a rule that stops everyone but the leader: each stop of the run that ties the winner is counted wrong
+    from scalerl.experiments.pruning import Decision
+
+    def stop_all_but_leader(outlooks, margin):
+        live = {n: o for n, o in outlooks.items() if o is not None}
+        lead = max(live, key=lambda n: live[n].lo) if live else None
+        return {n: Decision(n != lead and o is not None, "test", o, lead, None) for n, o in outlooks.items()}
+
+    monkeypatch.setattr(pt, "decide", stop_all_but_leader)
+    late = pt.scan(root, 0.02)[-1]
+    assert {"good-a", "good-b"} & set(late["wrong"]) and set(late["right"]) == {"bad-a", "bad-b"}
