@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
                       "heldout_coverage": (sum(r["covered"] for r in rows) / max(sum(r["heldout"] for r in rows), 1)),
                       "mean_end_err": float(np.mean([abs(r["forecast"] - r["end"]) for r in rows])) if rows else None}
         sm = summary[c]
+        err = "-" if sm["mean_end_err"] is None else f"{sm['mean_end_err']:.4f}"  # every fit declined: no error
         print(f"cut {c:g}: {sm['runs']} fitted, end inside the {LEVEL:.0%} band on {sm['end_inside']}; "
-              f"held-out evaluations inside their bands {sm['heldout_coverage']:.0%}; mean |forecast − end| "
-              f"{sm['mean_end_err']:.4f}")
+              f"held-out evaluations inside their bands {sm['heldout_coverage']:.0%}; mean |forecast − end| {err}")
     if args.json:
         atomic.write_text(args.json, json.dumps({"runs": out, "summary": summary}, indent=2))
     return 0

@@ -108,36 +108,42 @@ def replay(pruned: Path, state: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return runs
 
 
+def budgets(sweep: Path) -> dict[str, float]:
+    """Each run directory's per-run budget (``max_device_hours`` of its config.yaml)."""
+    out = {d.name: float(yaml.safe_load((d / "config.yaml").read_text(encoding="utf-8"))["max_device_hours"])
+           for d in sorted(sweep.iterdir()) if (d / "config.yaml").is_file()}
+    if not out:
+        raise UserError(f"{sweep} holds no run directories (each with its config.yaml)")
+    return out
+
+
 def simulated_state(unpruned: Path, margin: float) -> dict[str, Any]:
     """A pruning record for the unpruned sweep as if every run had been decided at every rung (``--simulate``)."""
     runs = {}
-    for run_dir in sorted(d for d in unpruned.iterdir() if (d / "config.yaml").is_file()):
-        budget = float(yaml.safe_load((run_dir / "config.yaml").read_text(encoding="utf-8"))["max_device_hours"])
-        x, _ = points(run_dir)
+    for name, budget in budgets(unpruned).items():
+        x, _ = points(unpruned / name)
         history = [{"rung": share, "compute": float(x[x <= share * budget].max())}
                    for share in RUNGS if np.any(x <= share * budget)]
-        runs[run_dir.name] = {"budget": budget, "state": "finished", "history": history}
-    if not runs:
-        raise UserError(f"{unpruned} holds no run directories (each with its config.yaml)")
+        runs[name] = {"budget": budget, "state": "finished", "history": history}
     return {"margin": margin, "runs": runs}
 
 
 def scan(unpruned: Path, margin: float = DEFAULT_MARGIN) -> list[dict[str, Any]]:
     """``--scan`` (module docstring): per share, the runs stopped, wrongly (ending within ``margin`` of the
     winner's end) or rightly."""
-    state = simulated_state(unpruned, margin)
-    loaded = {name: load_run(unpruned / name) for name in state["runs"]}
+    budget = budgets(unpruned)
+    loaded = {name: load_run(unpruned / name) for name in budget}  # each run read once: its points and its fit
     win = winner({name: fit for name, (_, fit) in loaded.items()}, margin)
-    ends = {name: float(s.y[-LAST_N:].mean()) for name, (s, _) in loaded.items() if s is not None and s.y.size}
     if win is None:
         raise UserError(f"{unpruned}: no run has an identified A, so there is no winner to compare with")
-    curves = {name: points(unpruned / name) for name in state["runs"]}
+    curves = {name: (s.x, s.y) for name, (s, _) in loaded.items() if s is not None and s.y.size}
+    ends = {name: float(y[-LAST_N:].mean()) for name, (_, y) in curves.items()}
     out = []
     for share in np.arange(5, 31) / 40:
         outlooks = {}
         for name, (x, y) in curves.items():
-            keep = x <= share * state["runs"][name]["budget"] * (1 + 1e-9)
-            outlooks[name] = fit_outlook(x[keep], y[keep], state["runs"][name]["budget"])
+            keep = x <= share * budget[name] * (1 + 1e-9)
+            outlooks[name] = fit_outlook(x[keep], y[keep], budget[name])
         stopped = sorted(name for name, d in decide(outlooks, margin).items() if d.stop)
         wrong = [name for name in stopped if ends.get(name, -np.inf) >= ends[win] - margin]
         out.append({"share": float(share), "wrong": wrong, "right": [n for n in stopped if n not in wrong]})

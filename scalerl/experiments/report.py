@@ -37,6 +37,7 @@ from scalerl.experiments.analysis import FORECAST_FACTORS, A_interval, Analysis,
 from scalerl.experiments.figures import (
     TRUNCATION_ALARM, breakdown_figure, diagnostics_figure, figure_data_uri, png_data_uri,
 )
+from scalerl.experiments.pruning import DEFAULT_LEVEL
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;
@@ -158,7 +159,7 @@ def _pruning_section(p: dict[str, Any] | None) -> str:
 <p>{total}</p>
 {table}
 <p class="note">At each rung every live run is fitted on its evaluations so far (Eq. 1). Its outlook is the 95%
-interval on A when A is identified, else the forecast at its full budget with its 95% band. A run stops when the
+interval on A when A is identified, else the forecast at its full budget with its {DEFAULT_LEVEL:.0%} band. A run stops when the
 upper end of its outlook lies more than the margin (App. A.5: 0.02) below the leader's lower end; a run without a
 trustworthy forecast (fewer than 6 evaluations, a failed fit, a curve Eq. 1 does not describe) is never stopped.
 A stopped run's fit and ranking below use only the evaluations it got.</p>"""

@@ -9,8 +9,8 @@ run stops after the first evaluation at which any holds:
   minus the forecast now (``FitResult.forecast``: the fitted level now plus the share of Eq. 1's further gain the
   run's own history supports);
 * ``reward>=T`` (or ``reward>T``): the target is reached: the latest validation pass rate is at least ``T``;
-* ``reach<T``: the target is out of reach: the upper end of the 95% forecast interval at the full budget
-  (``pruning.forecast_band``) is below ``T``.
+* ``reach<T``: the target is out of reach: the upper end of the forecast interval at the full budget
+  (``pruning.forecast_band``, at ``pruning.DEFAULT_LEVEL``: 95%) is below ``T``.
 
 ``gain`` and ``reach`` act only on a forecast that can be trusted, the same one pruning acts on
 (:func:`scalerl.experiments.pruning.trusted_fit`: at least 6 evaluations, a fit that converged, a curve Eq. 1
@@ -36,7 +36,7 @@ from scalerl.experiments.pruning import DEFAULT_LEVEL, MIN_POINTS, forecast_band
 CONDITIONS = {
     "gain": (("<",), "the forecast gain over the rest of the budget"),
     "reward": ((">=", ">"), "the latest validation pass rate"),
-    "reach": (("<",), "the upper end of the 95% forecast interval at the full budget"),
+    "reach": (("<",), f"the upper end of the {DEFAULT_LEVEL:.0%} forecast interval at the full budget"),
 }
 EXAMPLE = "e.g. 'gain<0.005', 'reward>=0.8', 'reach<0.8', or several: 'gain<0.005,reward>=0.8'"
 _CONDITION = re.compile(r"^\s*([A-Za-z_-]+)\s*(<=|>=|<|>|==|=)\s*(\S+)\s*$")
