@@ -291,6 +291,30 @@ def test_a_window_too_short_to_backtest_takes_half_the_gain():
     assert f.heldout["mean_abs_err"] < 0.5 * carry  # 0.012 against 0.058 (following the law in full: 0.072)
 
 
+def test_half_the_gain_is_dropped_when_it_did_not_beat_the_ruler_on_the_runs_own_past():
+    """A real Countdown run (second held-out set) cut at its half: 6 flat, noisy evaluations (0.11-0.17) ending on an
+    uptick, which the fit reads as the start of a rise to A = 1 (its bound, Cmid past the window). The inner backtest
+    scores 2 points, too few to choose, and there half the law's gain did no better than carrying the last value
+    forward. Half the gain then overshot the held-out half by 0.11 on average; the level held misses by what the
+    ruler misses."""
+    from dataclasses import replace
+
+    from scalerl.curves import trust
+    from scalerl.curves.fit import fit_series
+    from scalerl.curves.readers import load_series
+
+    s = load_series(DATA / "kat_grpo-zero-baseline_countdown.csv", x="step", y="value")
+    f = fit_series(s, fit_until_fraction=0.5)
+    assert f.n_points == 6 and f.trust["fit_fraction"] == pytest.approx(4 / 6) and not f.identified
+    assert f.forecaster.weight == 0.0 and "holding the current level" in f.trust["summary"]
+    assert "no better than a ruler" in f.trust["summary"]
+    held, end = f.heldout_mask, f.y[f.in_window][-1]
+    carry = float(np.mean(np.abs(f.y[held] - end)))
+    half = replace(f.forecaster, weight=trust.COMBINED)(f.predict, f.x[held])
+    assert float(np.mean(np.abs(f.y[held] - half))) > 0.1  # what following half the gain did
+    assert f.heldout["mean_abs_err"] < carry + 0.005  # 0.030 against the ruler's 0.030
+
+
 def test_cli_prints_the_band_and_the_trust_line_and_flags_an_unreliable_forecast(capsys):
     from scalerl.cli import main
 

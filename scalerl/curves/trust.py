@@ -18,7 +18,10 @@ the fit window, and says how well that prediction did on the run's own past.
   law that did not beat a ruler on the run's own past is not followed into the future. With fewer than
   :data:`MIN_CHOICE` points after the inner cut the backtest cannot tell the two apart (two noisy points decide
   nothing), and the forecast takes half the law's further gain (``w = 0.5``): the equal-weight combination of the
-  two, the choice that is never the worse of them by more than half their difference. A window too short for any
+  two, the choice that is never the worse of them by more than half their difference; it too is dropped when it
+  did not beat the ruler there (the trust line would otherwise call a forecast "no better than a ruler" and still
+  follow it; on a flat, noisy 6-point Countdown window whose fit accelerates to A's bound, following half of it
+  missed by 0.11 where the ruler missed by 0.03). A window too short for any
   inner backtest (fewer than :data:`MIN_SCORED` points after its cut) has even less to choose on and is combined
   the same way (following the law in full there overshot a 5-point run whose fit put A at its bound).
 * **Interval.** A held-out evaluation differs from the forecast by white evaluation noise, the filter's error on
@@ -186,10 +189,10 @@ class Backtest:
         (the law's gain is dropped only when holding the level beat it by more than the backtest's own noise); and 0
         when even that forecast did no better than carrying the last value forward: a curve that did not beat a
         ruler on the run's own past is not followed into its future (the trust line then says "holding the
-        current level"). :data:`COMBINED` when fewer than :data:`MIN_CHOICE` points were scored."""
-        if self.n_scored < MIN_CHOICE:
-            return COMBINED
-        best = min(WEIGHTS, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
+        current level"). :data:`COMBINED` when fewer than :data:`MIN_CHOICE` points were scored, under the same
+        test: half the gain is taken only if half the gain beat carrying the last value forward there."""
+        best = COMBINED if self.n_scored < MIN_CHOICE else min(
+            WEIGHTS, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
         return best if self.errors[best] < self.carry_forward_err else 0.0
 
 
