@@ -6,7 +6,7 @@ import torch
 from scalerl.config import ModelConfig
 from scalerl.errors import UserError
 from scalerl.models.registry import MODELS
-from scalerl.models.tiny import TinyConfig, TinyLM, _one_query_attention, build_tiny, to_hf_llama
+from scalerl.models.tiny import TinyConfig, TinyLM, build_tiny, to_hf_llama
 
 MICRO = ModelConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=48)
 
@@ -75,26 +75,6 @@ def test_kv_cache_decode_matches_full_forward(model):
         want = full[len(p) - 1:]
         got = torch.stack([s[i] for s in steps])
         assert torch.allclose(got, want, atol=1e-5)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_one_query_attention_is_sdpa(dtype):
-    """The decode step's attention (one query per row, a key mask over the cache's slots) gives SDPA's values, with a
-    bool mask and with the additive mask decode_step builds; the padded slots get no weight."""
-    g = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(6, 2, t, 8, generator=g).to(dtype) for t in (1, 11, 11))
-    mask = torch.rand(6, 1, 1, 11, generator=g) > 0.4
-    mask[..., -1] = True  # the token just written is always attended to
-    want = torch.nn.functional.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=mask)
-    bias = torch.zeros(mask.shape).masked_fill_(~mask, -torch.inf)
-    tol = 1e-6 if dtype == torch.float32 else 2e-2
-    for m in (mask, bias):
-        got = _one_query_attention(q, k, v, m)
-        assert got.dtype == dtype and got.shape == (6, 2, 1, 8)
-        torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
-    k2 = k.clone()
-    k2[~mask[:, 0, 0][:, None, :, None].expand_as(k2)] = 1e4  # what a masked slot holds must not matter
-    torch.testing.assert_close(_one_query_attention(q, k2, v, mask), _one_query_attention(q, k, v, mask))
 
 
 @torch.no_grad()

@@ -38,29 +38,17 @@ class _TinyKV:
         self, model: Any, cache: torch.Tensor, key_mask: torch.Tensor, positions: torch.Tensor, p_max: int
     ) -> None:
         self.model, self.cache, self.key_mask, self.positions, self.p_max = model, cache, key_mask, positions, p_max
-        self.filled = p_max  # cache slots written so far (the rest is room for the tokens to come)
 
     def keep(self, kept: torch.Tensor) -> None:
         self.positions, self.key_mask = self.positions[kept], self.key_mask[kept]
-        self.cache = _rows(self.cache, kept, self.filled)
+        self.cache = self.cache.index_select(2, kept)
 
     def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         at = self.p_max + t
         self.key_mask[:, at] = True
         logits = self.model.decode_step(tokens, self.positions, self.cache, at, self.key_mask[:, : at + 1])
         self.positions = self.positions + 1
-        self.filled = at + 1
         return logits
-
-
-def _rows(cache: torch.Tensor, rows: torch.Tensor, filled: int) -> torch.Tensor:
-    """A new cache [layers, 2, len(rows), heads, slots, head_dim] holding the cache rows ``rows`` (dim 2) in their
-    first ``filled`` slots: only written slots are copied, not the room left for the completion."""
-    shape = list(cache.shape)
-    shape[2] = rows.numel()
-    out = cache.new_empty(shape)
-    out[..., :filled, :] = cache[..., :filled, :].index_select(2, rows)
-    return out
 
 
 class BuiltinEngine(DecodeEngine):
@@ -84,9 +72,6 @@ class BuiltinEngine(DecodeEngine):
         p_max = ids.shape[1]
         key_mask = torch.cat([mask, mask.new_zeros(len(ids), max_new)], 1).repeat_interleave(n, 0)
         positions = mask.sum(-1).repeat_interleave(n, 0)  # rotary position of each sequence's next token
-        cache = self.model.new_cache(len(ids), p_max)
+        cache = self.model.new_cache(len(ids), p_max + max_new)
         logits = self.model.prefill(ids, mask, cache).repeat_interleave(n, 0)
-        rows = torch.arange(len(ids), device=ids.device).repeat_interleave(n)  # copy j of prompt i: row i*n + j
-        grown = self.model.new_cache(len(ids) * n, p_max + max_new)
-        grown[..., :p_max, :] = cache.index_select(2, rows)
-        return logits, _TinyKV(self.model, grown, key_mask, positions, p_max)
+        return logits, _TinyKV(self.model, cache.repeat_interleave(n, dim=2), key_mask, positions, p_max)

@@ -55,16 +55,6 @@ def _rope_tables(cfg: TinyConfig, device: torch.device) -> tuple[torch.Tensor, t
     return emb.cos().to(device), emb.sin().to(device)
 
 
-def _one_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Attention of one query per row (a decode step): q [N, H, 1, hd], k/v [N, H, S, hd], ``mask`` [N, 1, 1, S]
-    (bool, True = attend; or additive float). The same values as ``scaled_dot_product_attention``; with a key mask
-    and a single query its CPU kernel spends most of its time on set-up, and two batched matmuls around a softmax
-    take ~0.7 of its time at these sizes (``bench/step_ops.py``)."""
-    scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5  # no-ops for float32 weights
-    scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask
-    return scores.softmax(-1).to(v.dtype) @ v
-
-
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     x1, x2 = x.chunk(2, dim=-1)
     return torch.cat((-x2, x1), dim=-1)
@@ -98,8 +88,6 @@ class Block(nn.Module):
             kv[0, :, :, slot : slot + t] = k
             kv[1, :, :, slot : slot + t] = v
             k, v = kv[0, :, :, : slot + t], kv[1, :, :, : slot + t]
-        if t == 1 and mask is not None:
-            return self._finish(x, _one_query_attention(q, k, v, mask))
         return self._finish(x, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None and t > 1))
 
     def forward_prefixed(
@@ -270,8 +258,7 @@ class TinyLM(nn.Module):
     ) -> torch.Tensor:
         """One token per sequence: tokens [N] at rotary positions [N], written to cache slot ``slot``;
         key_mask [N, slot + 1] bool says which cache slots each sequence attends to. Returns logits [N, V]."""
-        bias = torch.zeros(key_mask.shape, dtype=torch.float32, device=key_mask.device).masked_fill_(~key_mask, -torch.inf)
-        h = self._trunk(tokens[:, None], positions[:, None], bias[:, None, None, :], cache, slot)  # one mask, all layers
+        h = self._trunk(tokens[:, None], positions[:, None], key_mask[:, None, None, :], cache, slot)
         return self.lm_head(h[:, 0])
 
 
