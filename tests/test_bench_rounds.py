@@ -60,3 +60,17 @@ def test_cpu_busy_sees_a_busy_process():
     t.join()
     assert 0.0 <= busy <= 1.0
     assert busy >= 0.4 / (rounds.os.cpu_count() or 1)  # one spinning thread is at least ~one core's share
+
+
+def test_step_time_refuses_a_tree_without_scalerl_and_configs(tmp_path, capsys):
+    """bench/step_time.py runs each side from a tree's scalerl/ and configs/ (presets are read from configs/ beside
+    the package): a tree missing either is one error line and exit 2, before anything runs."""
+    spec = importlib.util.spec_from_file_location("step_time", _PATH.parent / "step_time.py")
+    step_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_time)
+    (tmp_path / "scalerl").mkdir()
+    (tmp_path / "scalerl" / "__init__.py").write_text("")
+    assert step_time.main([str(tmp_path), "--rounds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds no scalerl/ package and configs/ folder" in err
+    assert step_time.main([str(tmp_path), "--steps", "1"]) == 2
