@@ -118,13 +118,29 @@ def test_a_task_error_is_a_runtime_error_and_a_dead_actor_is_replaced(ray_sessio
         backend.close()
 
 
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _ours(pid: int) -> bool:
+    """Whether ``pid`` descends from this process: the Ray session this process started (its raylet forks the
+    workers). Another suite's actors on the same machine are not ours to kill (two suites run side by side once
+    killed each other's actors while they started)."""
+    while pid > 1:
+        if pid == os.getpid():
+            return True
+        pid = _parent(pid)
+    return False
+
+
 def _actor_pids() -> list[int]:
     pids = []
     for entry in os.listdir("/proc"):
         try:
-            if entry.isdigit() and b"ray::GeneratorActor" in Path(f"/proc/{entry}/cmdline").read_bytes():
+            if entry.isdigit() and b"ray::GeneratorActor" in Path(f"/proc/{entry}/cmdline").read_bytes() \
+                    and _ours(int(entry)):
                 pids.append(int(entry))
-        except OSError:
+        except (OSError, ValueError, IndexError):
             continue
     return sorted(pids)
 

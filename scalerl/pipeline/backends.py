@@ -69,6 +69,7 @@ class InlineBackend(ReadyBatches):
 
 
 PARENT_CHECK_S = 0.5  # how often a generator process checks that its trainer process is still alive
+EXIT_GRACE_S = 5.0  # after its pipe ends, how long the trainer waits for the generator process to exit
 
 
 def _exit_with_parent() -> None:
@@ -182,13 +183,22 @@ class ProcessBackend(ReadyBatches):
         except queue.Empty:
             return None if self.proc.is_alive() else DEAD
         except (OSError, EOFError):  # a batch's tensors are shared by file descriptor: gone with a dead sender
-            self.proc.join(timeout=5)
-            if self.proc.is_alive():
-                raise
+            self._end()
             return DEAD
         if "error" in payload:
             raise RuntimeError("generator process failed:\n" + payload["error"])
         return payload
+
+    def _end(self) -> None:
+        """Make sure the generator process is gone once its pipe has ended (a message cut off, a batch's tensors
+        unreadable): it can never deliver again, whatever its state. A process that has not exited within
+        :data:`EXIT_GRACE_S` is killed, so it is replaced like a dead one (bounded by ``max_generator_restarts``)
+        instead of the run failing on the read: on a loaded machine an end of file once came from a generator
+        still reported alive five seconds later, and the run crashed."""
+        self.proc.join(timeout=EXIT_GRACE_S)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=EXIT_GRACE_S)
 
     def _receive(self, timeout: float) -> dict | None:
         """The generator's next message (None after ``timeout`` seconds, or after replacing a dead
