@@ -28,6 +28,11 @@ class RunStopped(UserError):
     exit_code = 1
 
 
+class CheckpointNotWritten(RunStopped):
+    """A run whose checkpoint could not be written (its disk is full, say): one line, exit code 1; the last
+    checkpoint written before it is intact (the write is atomic), so ``--resume`` continues from there."""
+
+
 def read_user_text(path: str | os.PathLike[str], what: str = "file") -> str:
     """The text of a file the user named (config, sweep spec, task data), or a UserError naming why it
     cannot be read: missing, a directory, unreadable, or not UTF-8."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 
 from scalerl.atomic import append_jsonl, atomic_path, write_text
-from scalerl.errors import UserError
+from scalerl.errors import CheckpointNotWritten, UserError
 
 METRICS = "metrics.jsonl"
 CONSUMED = "consumed.jsonl"  # the problem ids of every trained batch, one line per step
@@ -92,11 +93,26 @@ KEEP = 2
 
 
 def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
+    """Write the checkpoint of ``step`` atomically, point ``latest`` at it and keep the last :data:`KEEP`. A write
+    that fails (a full disk makes ``torch.save`` raise a ``RuntimeError`` from its zip writer, or an ``OSError``)
+    is :class:`~scalerl.errors.CheckpointNotWritten`: one line naming the directory, the reason and the space free
+    there, with the earlier checkpoints untouched."""
     ckpt_dir = Path(run_dir) / CKPT_DIR
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     path = ckpt_dir / f"step_{step:07d}.pt"
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(payload, tmp)
+    except (OSError, RuntimeError) as exc:
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        latest = ckpt_dir / "latest"
+        last = latest.read_text().strip() if latest.is_file() else None
+        raise CheckpointNotWritten(
+            f"could not write the checkpoint of step {step} in {ckpt_dir} ({reason}; "
+            f"{shutil.disk_usage(ckpt_dir).free / 2**20:.0f} MiB free there); "
+            + (f"the last checkpoint, {last}, is intact: free some space and --resume" if last
+               else "no checkpoint was written yet")
+        ) from exc
     write_text(ckpt_dir / "latest", path.name + "\n")
     for old in sorted(ckpt_dir.glob("step_*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)

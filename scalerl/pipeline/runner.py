@@ -35,7 +35,7 @@ from scalerl.build import build_curriculum, build_downstream, build_length_contr
 from scalerl.engines.registry import check_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
-from scalerl.errors import RunStopped, UserError
+from scalerl.errors import CheckpointNotWritten, RunStopped, UserError
 from scalerl.evaluate import Evaluation, build_evaluation, eval_seed
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.backends import backend_devices, make_backend
@@ -270,9 +270,10 @@ class RunLoop:
                         self.checkpoint()
                     last_ckpt_step = state.step
                     self.carried = timing_metrics(phases)
-        except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
-            self.state.save(self.out, self.ranks.trainer_state(self.trainer),
-                            [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
+        except RunStopped as exc:  # a part that keeps failing: keep every step trained so far, then stop
+            if not isinstance(exc, CheckpointNotWritten):  # (a checkpoint that could not be written is not tried again)
+                self.state.save(self.out, self.ranks.trainer_state(self.trainer),
+                                [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
             raise
         state.meter.stop()
         if last_eval_step != state.step:
