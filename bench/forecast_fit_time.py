@@ -14,8 +14,6 @@ ratio baseline / ours is taken within each round.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -38,10 +36,7 @@ print(statistics.median(ts))
 
 
 def seconds_per_fit(tree: Path, threads: int) -> float:
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
-    out = subprocess.run([sys.executable, "-c", CHILD.format(bench=str(HERE))], env=env, check=True,
-                         capture_output=True, text=True)
-    return float(out.stdout.strip().splitlines()[-1])
+    return float(rounds.run_in_tree(tree, CHILD.format(bench=str(HERE)), threads))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 import torch
@@ -86,6 +89,20 @@ def settle(limit: float | None = None) -> float:
     while busy > BUSY_CPU and time.monotonic() < deadline:
         busy = cpu_busy()
     return busy
+
+
+def run_in_tree(tree: Path, code: str, threads: int | None = None) -> str:
+    """Run ``code`` in a fresh interpreter that imports ``scalerl`` from ``tree`` (a checkout or a ``git archive``
+    of one) and return the last line it printed; a failure exits with one line. It runs from ``/``: ``python -c``
+    puts the working directory first on ``sys.path``, so run from a checkout it would import that checkout's
+    ``scalerl`` whatever ``PYTHONPATH`` says, and an A/B would time one tree against itself."""
+    env = {**os.environ, "PYTHONPATH": str(Path(tree).resolve())}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd="/")
+    if done.returncode:
+        sys.exit(f"error: {tree}: {(done.stderr.strip().splitlines() or ['exit status %d' % done.returncode])[-1]}")
+    return done.stdout.strip().splitlines()[-1]
 
 
 def add_arguments(ap) -> None:  # noqa: ANN001  (argparse.ArgumentParser)

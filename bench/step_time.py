@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -39,10 +37,7 @@ print(json.dumps(profile_step.scalerl_profile(cfg, 1)))
 
 
 def phases(tree: Path, steps: int, threads: int) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
-    code = CHILD.format(bench=str(HERE), steps=steps, threads=threads)
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True)
-    values = json.loads(out.stdout.strip().splitlines()[-1])
+    values = json.loads(rounds.run_in_tree(tree, CHILD.format(bench=str(HERE), steps=steps, threads=threads), threads))
     return {k: float(values[k]) for k in PHASES}
 
 

@@ -10,11 +10,12 @@ The sweep: 12 learning rates of the scalerl preset on the built-in testbed (its 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import rounds  # noqa: E402
 
 MEASURE = """
 import pathlib, tempfile, time
@@ -32,11 +33,7 @@ print(time.perf_counter() - t)
 
 
 def seconds(checkout: Path) -> float:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    done = subprocess.run([sys.executable, "-c", MEASURE], env=env, capture_output=True, text=True, cwd="/")
-    if done.returncode:
-        sys.exit(f"error: {checkout}: {done.stderr.strip().splitlines()[-1]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    return float(rounds.run_in_tree(checkout, MEASURE))
 
 
 def main() -> None:

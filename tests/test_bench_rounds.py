@@ -74,3 +74,13 @@ def test_step_time_refuses_a_tree_without_scalerl_and_configs(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "holds no scalerl/ package and configs/ folder" in err
     assert step_time.main([str(tmp_path), "--steps", "1"]) == 2
+
+
+def test_run_in_tree_imports_scalerl_from_the_tree_even_when_run_from_a_checkout(tmp_path, monkeypatch):
+    """``python -c`` puts the working directory first on sys.path: run from a checkout, a child would import that
+    checkout's scalerl whatever PYTHONPATH says, and an A/B of two trees would time one of them twice."""
+    (tmp_path / "scalerl").mkdir()
+    (tmp_path / "scalerl" / "__init__.py").write_text("")
+    monkeypatch.chdir(_PATH.parent.parent)  # the repository root, which holds its own scalerl/
+    where = rounds.run_in_tree(tmp_path, "import scalerl; print(scalerl.__file__)")
+    assert Path(where) == (tmp_path / "scalerl" / "__init__.py").resolve()

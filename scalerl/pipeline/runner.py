@@ -270,10 +270,11 @@ class RunLoop:
                         self.checkpoint()
                     last_ckpt_step = state.step
                     self.carried = timing_metrics(phases)
-        except RunStopped as exc:  # a part that keeps failing: keep every step trained so far, then stop
-            if not isinstance(exc, CheckpointNotWritten):  # (a checkpoint that could not be written is not tried again)
-                self.state.save(self.out, self.ranks.trainer_state(self.trainer),
-                                [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
+        except CheckpointNotWritten:  # the checkpoint itself could not be written: not tried again
+            raise
+        except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
+            self.state.save(self.out, self.ranks.trainer_state(self.trainer),
+                            [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
             raise
         state.meter.stop()
         if last_eval_step != state.step:
