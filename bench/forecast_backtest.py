@@ -25,6 +25,7 @@ declined; any other exception is a crash and is listed with its traceback.
     python bench/forecast_backtest.py --cuts 0.5 --quiet --no-synthetic
     python bench/forecast_backtest.py --corpus bench/curves/holdout --no-synthetic   # the held-out set
     python bench/forecast_backtest.py --corpus bench/curves/holdout2 --no-synthetic  # the second held-out set
+    python bench/forecast_backtest.py --corpus bench/curves/holdout3 --no-synthetic  # the third held-out set
 """
 
 from __future__ import annotations
@@ -446,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-synthetic", action="store_true", help="skip the synthetic set (Table 1 × 6 seeds)")
     ap.add_argument("--only", default="", metavar="ID[,ID]", help="only these corpus curves (manifest ids)")
     ap.add_argument("--corpus", type=Path, default=CORPUS, metavar="DIR", help="the real-curve set: a folder with "
-                    "manifest.json and data/ (default bench/curves; bench/curves/holdout, holdout2: the held-out sets)")
+                    "manifest.json and data/ (default bench/curves; bench/curves/holdout, holdout2, holdout3: the held-out sets)")
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:

@@ -61,6 +61,22 @@ def test_fixed_parameters_and_clipping():
     assert float(projection.solve(S2, R0=0.2, bounded=False)[1]) == pytest.approx(1.4)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_one_point_gives_the_grid_paths_numbers(seed):
+    """A single (B, Cmid), as every residual of a local refinement asks for, skips the chunked grid path in
+    ``sums`` and, when the unconstrained optimum is feasible, the triangle's edges in ``solve``: the numbers are
+    the grid path's (the grid here has a second point, so it takes the full path)."""
+    x, y = _data(seed)
+    B, Cmid = 0.5 + seed * 0.3, 50.0 * (1 + seed)
+    one = projection.sums(x, y, B, Cmid)
+    grid = projection.sums(x, y, np.array([[B, 1.0]]), np.array([[Cmid, 10.0]]))
+    for name in ("s", "ss", "ys"):
+        assert float(getattr(one, name)) == pytest.approx(float(getattr(grid, name)[0, 0]), rel=1e-12)
+    for R0, A in ((None, None), (0.1, None), (None, 0.9)):
+        got, ref = projection.solve(one, R0, A, True), projection.solve(grid, R0, A, True)
+        assert [float(v) for v in got] == pytest.approx([float(v[0, 0]) for v in ref], rel=1e-9, abs=1e-12)
+
+
 def test_grid_shapes_broadcast_and_chunk(monkeypatch):
     x, y = _data(0, n=50)
     B, C = np.geomspace(0.5, 4, 7)[:, None], np.geomspace(20, 2000, 5)[None, :]

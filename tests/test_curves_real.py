@@ -217,6 +217,23 @@ def test_a_dip_that_does_not_give_back_half_the_rise_is_not_a_fall(y, why):
     assert not falls(np.asarray(y)), why
 
 
+def test_a_window_with_too_few_residuals_to_estimate_the_noise_is_not_identified():
+    """Five evaluations under Eq. 1's four free parameters (the LESSER Countdown run at its half cut) leave one
+    residual. Its autocorrelations are set by the geometry of a one-dimensional residual space, not by the noise:
+    a rounding difference in the fit (a faster but equal sum) moved the estimated drift from φ = 0.82 to 0.98, the
+    interval's threshold 10×, and the verdict with it (identified, [0.299, 0.744], one way; open the other; the
+    profile's squared error stays ten times below the threshold up to A = 1). Now the correlation is not estimated
+    there, and A is not called identified, with a warning that says why."""
+    x, y = _real("lesser_qwen25-math-15b-instruct_grpo-fullgrad_countdown_seed42")
+    f = fit_curve(x, y, fit_until_fraction=0.5)
+    assert f.n_points == 5 and not f.R0_fixed
+    assert not f.identified
+    assert any("1 residual degree(s) of freedom" in w for w in f.warnings)
+    # and the result no longer hangs on rounding: data perturbed in the 12th digit give the same interval
+    g = fit_curve(x, y + 1e-12 * np.arange(y.size), fit_until_fraction=0.5)
+    assert g.identified == f.identified and g.A_ci == pytest.approx(f.A_ci, abs=1e-6)
+
+
 def test_a_step_is_flagged_b_at_its_bound():
     x = np.arange(1, 41) * 10.0
     y = np.where(x < 100, 0.30, 0.60) + np.random.default_rng(4).normal(0, 0.003, x.size)

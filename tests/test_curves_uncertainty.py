@@ -62,6 +62,24 @@ def test_noise_correlation_estimates_ar1_drift_and_white_noise():
     assert phi_w * lam_w < 0.15  # white noise: little correlation left to model
 
 
+def test_noise_correlation_is_not_estimated_from_too_few_residual_dimensions():
+    """Residuals of a 5-point window under a rank-4 fit live in one dimension: their lag-1 and lag-2
+    autocorrelations are fixed by that geometry, not by the noise. Below MIN_CORRELATION_DOF residual dimensions
+    the estimator returns the conservative model, the strongest drift it considers with all the variance drift,
+    whatever the residuals; from there on it estimates."""
+    rng = np.random.default_rng(1)
+    Q = _projector(5, k=4)
+    M = np.eye(5) - Q @ Q.T
+    assert 5 - 4 < uncertainty.MIN_CORRELATION_DOF
+    for _ in range(5):
+        phi, lam = uncertainty.noise_correlation(M @ rng.normal(size=5), Q)
+        assert (phi, lam) == (pytest.approx(0.98), 1.0)
+    n = 4 + uncertainty.MIN_CORRELATION_DOF
+    Q = _projector(n, k=4)
+    estimates = {uncertainty.noise_correlation((np.eye(n) - Q @ Q.T) @ rng.normal(size=n), Q) for _ in range(20)}
+    assert len(estimates) > 1  # enough dimensions: the residuals decide
+
+
 def test_white_noise_gives_no_inflation():
     y = simulate_eval_curve(P, C, drift_sd=0.0, seed=5)
     f = fit_curve(C, y, fit_from=1500)

@@ -350,6 +350,13 @@ def fit_curve(
                 f"{source}: only {int(np.sum(p.x > q.Cmid))} evaluation(s) after the curve's midpoint "
                 f"(Cmid ≈ {format_compute(q.Cmid)}): too few to pin A down; train further past Cmid or fix A"
             )
+        elif p.x.size - p.n_params < uncertainty.MIN_CORRELATION_DOF:
+            identified = False
+            warnings.append(
+                f"{source}: {p.x.size} evaluations for {p.n_params} free parameters leave "
+                f"{p.x.size - p.n_params} residual degree(s) of freedom, too few to estimate the noise's correlation: "
+                "the interval would rest on white noise, which real runs are not; A is not identified"
+            )
         elif A_open[1]:
             warnings.append(
                 f"{source}: the {level:.0%} interval on A is open at the top: the noise is too large for this "

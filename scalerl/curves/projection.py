@@ -36,6 +36,9 @@ def sums(x: Array, y: Array, B: Array | float, Cmid: Array | float) -> Sums:
     """The sums for every (B, Cmid) in the broadcast of ``B`` and ``Cmid``, computed in memory-bounded chunks."""
     B, Cmid = np.broadcast_arrays(np.asarray(B, dtype=float), np.asarray(Cmid, dtype=float))
     shape = B.shape
+    if not shape:  # one (B, Cmid), as a local refinement asks for every residual: no chunking to do
+        s = efficiency(x, B, Cmid)
+        return Sums(int(x.size), float(y.sum()), float(y @ y), s.sum(), s @ s, s @ y)
     Bf, Cf = B.reshape(-1), Cmid.reshape(-1)
     out = np.empty((3, Bf.size))
     step = max(1, _CHUNK // max(1, x.size))
@@ -93,6 +96,8 @@ def solve(
         Ri, Ai = np.clip(Ri, -_limit(S), _limit(S)), np.clip(Ai, -_limit(S), _limit(S))
         return Ri, Ai, _sse(S, Ri, Ai)
     feasible = (Ri >= 0) & (Ri <= Ai) & (Ai <= 1)
+    if feasible.all():  # a convex quadratic's unconstrained optimum inside the triangle is the constrained one
+        return Ri, Ai, _sse(S, Ri, Ai)  # (the common case of a local refinement: one point, away from the bounds)
     # the three edges of the triangle 0 ≤ R0 ≤ A ≤ 1, each a clipped one-variable problem
     A_e0 = np.clip(S.ys / ss, 0.0, 1.0)  # R0 = 0
     R_e1 = np.clip((syu - ssu) / suu, 0.0, 1.0)  # A = 1

@@ -13,7 +13,11 @@ module gives a **profile-likelihood interval with a correlation-aware threshold*
    ``Σ = λ·φ^|i−j| + (1−λ)·I``. (φ, λ) are estimated by matching the lag-1 and lag-2 autocorrelations of the
    residuals to their expectation *after* the fit, ``tr(Σ M K M)/tr(Σ M)`` with ``M = I − H`` the residual
    projector of the linearised model; this removes most of the downward bias that regression puts into residual
-   autocorrelations (a fitted smooth curve absorbs the slow part of the drift).
+   autocorrelations (a fitted smooth curve absorbs the slow part of the drift). With fewer than
+   :data:`MIN_CORRELATION_DOF` residual dimensions (``n − rank J``: a 5-point window under four free parameters
+   has one) the autocorrelations say nothing about the noise, and the conservative model is taken instead: all of
+   the variance drift, at the strongest correlation considered (the widest threshold; a level that follows the
+   data). Such a window's interval is not called identified (:func:`scalerl.curves.fit.fit_curve`).
 3. *Threshold.* With the Jacobian J of the fit, the variance of Â is inflated over white noise by
    ``κ = [(JᵀJ)⁻¹JᵀΣJ(JᵀJ)⁻¹]_AA / [(JᵀJ)⁻¹]_AA``; σ² is estimated as ``SSE / tr(MΣ)`` with Satterthwaite's
    ``ν = tr(MΣ)² / tr((MΣ)²)`` degrees of freedom, and ``Δ = κ·σ²·F(1, ν; level)``.
@@ -44,6 +48,7 @@ from scalerl.curves import projection, vp
 from scalerl.curves.sigmoid import Array, efficiency
 
 N_PROFILE = 80  # candidate values of A on each side for the coarse profile
+MIN_CORRELATION_DOF = 3  # residual dimensions (n − rank J) below which (φ, λ) are not estimated (see 2. above)
 _PHI = np.linspace(0.0, 0.98, 50)
 
 
@@ -112,8 +117,13 @@ def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
     ``E[eᵀKe]/E[eᵀe] = tr(Σ·MKM)/tr(Σ·M)``. Time and memory are linear in the number of points (no n×n matrix),
     so a run with a million evaluations is fine."""
     n = e.size
-    if n < 4 or not np.any(e):
+    # the two autocorrelations are matched within the residual space, n − rank J dimensions: with fewer than
+    # MIN_CORRELATION_DOF of them its geometry, not the noise, decides them (a 5-point window under a 4-parameter
+    # fit has 1, where a rounding difference in the fit moved φ from 0.82 to 0.98 and the interval's threshold 10×)
+    if not np.any(e):
         return 0.0, 0.0
+    if n - Q.shape[1] < MIN_CORRELATION_DOF:
+        return float(_PHI[-1]), 1.0
     obs = np.array([e[:-k] @ e[k:] for k in (1, 2)]) / (e @ e)
     KQ = [_lag_times(Q, k) for k in (1, 2)]
     QKQ = [Q.T @ kq for kq in KQ]
