@@ -447,7 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-synthetic", action="store_true", help="skip the synthetic set (Table 1 × 6 seeds)")
     ap.add_argument("--only", default="", metavar="ID[,ID]", help="only these corpus curves (manifest ids)")
     ap.add_argument("--corpus", type=Path, default=CORPUS, metavar="DIR", help="the real-curve set: a folder with "
-                    "manifest.json and data/ (default bench/curves; bench/curves/holdout, holdout2, holdout3: the held-out sets)")
+                    "manifest.json and data/ (default bench/curves; bench/curves/holdout, holdout2, holdout3: "
+                    "the held-out sets)")
     args = ap.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:

@@ -354,8 +354,8 @@ def fit_curve(
             identified = False
             warnings.append(
                 f"{source}: {p.x.size} evaluations for {p.n_params} free parameters leave "
-                f"{p.x.size - p.n_params} residual degree(s) of freedom, too few to estimate the noise's correlation: "
-                "the interval would rest on white noise, which real runs are not; A is not identified"
+                f"{p.x.size - p.n_params} residual degree(s) of freedom, too few to estimate the noise's correlation "
+                "(the interval assumes the strongest drift); A is not identified: fit more evaluations"
             )
         elif A_open[1]:
             warnings.append(
