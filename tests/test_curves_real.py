@@ -253,6 +253,22 @@ def test_a_window_with_too_few_residuals_to_estimate_the_noise_is_not_identified
     assert g.identified == f.identified and g.A_ci == pytest.approx(f.A_ci, abs=1e-6)
 
 
+def test_a_band_where_noise_and_drift_cannot_be_told_apart_still_carries_evaluation_noise():
+    """The same 5-point window: its noise model is all drift (nothing to split it by), which would leave a band for
+    one evaluation without evaluation noise (0.009 wide at 80%, the next step). The noise is then taken from
+    successive differences, as for a fit through every point, and the band is at least that wide."""
+    from scipy.special import ndtri
+
+    from scalerl.curves.fit import step_noise
+
+    x, y = _real("lesser_qwen25-math-15b-instruct_grpo-fullgrad_countdown_seed42")
+    f = fit_curve(x, y, fit_until_fraction=0.5)
+    sigma = step_noise(y[f.in_window])
+    assert f.forecaster.now.noise == pytest.approx(sigma**2)
+    lo, hi = f.forecast_interval(x[~f.in_window][:1], level=0.8)
+    assert float(hi[0] - lo[0]) >= 2 * float(ndtri(0.9)) * sigma
+
+
 def test_a_step_is_flagged_b_at_its_bound():
     x = np.arange(1, 41) * 10.0
     y = np.where(x < 100, 0.30, 0.60) + np.random.default_rng(4).normal(0, 0.003, x.size)
