@@ -23,6 +23,7 @@ from scalerl.errors import CheckpointNotWritten, UserError
 
 METRICS = "metrics.jsonl"
 CONSUMED = "consumed.jsonl"  # the problem ids of every trained batch, one line per step
+LATEST = "latest"  # in the checkpoint directory: the file name of the newest complete checkpoint
 
 
 def _clean(value: Any) -> Any:
@@ -99,21 +100,20 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
     there, with the earlier checkpoints untouched."""
     ckpt_dir = Path(run_dir) / CKPT_DIR
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    path = ckpt_dir / f"step_{step:07d}.pt"
+    path, pointer = ckpt_dir / f"step_{step:07d}.pt", ckpt_dir / LATEST
     try:
         with atomic_path(path) as tmp:
             torch.save(payload, tmp)
     except (OSError, RuntimeError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        latest = ckpt_dir / "latest"
-        last = latest.read_text().strip() if latest.is_file() else None
+        last = pointer.read_text().strip() if pointer.is_file() else None
         raise CheckpointNotWritten(
             f"could not write the checkpoint of step {step} in {ckpt_dir} ({reason}; "
             f"{shutil.disk_usage(ckpt_dir).free / 2**20:.0f} MiB free there); "
             + (f"the last checkpoint, {last}, is intact: free some space and --resume" if last
                else "no checkpoint was written yet")
         ) from exc
-    write_text(ckpt_dir / "latest", path.name + "\n")
+    write_text(pointer, path.name + "\n")
     for old in sorted(ckpt_dir.glob("step_*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)
     return path
@@ -151,7 +151,7 @@ def load_latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
     readable ``step_*.pt``, with a warning. None when the run never wrote a checkpoint; a UserError when it wrote
     some and none can be read."""
     ckpt_dir = Path(run_dir) / CKPT_DIR
-    pointer = ckpt_dir / "latest"
+    pointer = ckpt_dir / LATEST
     named = pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else ""
     files = sorted(ckpt_dir.glob("step_*.pt"), reverse=True)
     if not named and not files:

@@ -350,7 +350,7 @@ def fit_curve(
                 f"{source}: only {int(np.sum(p.x > q.Cmid))} evaluation(s) after the curve's midpoint "
                 f"(Cmid ≈ {format_compute(q.Cmid)}): too few to pin A down; train further past Cmid or fix A"
             )
-        elif p.x.size - p.n_params < uncertainty.MIN_CORRELATION_DOF:
+        elif uncertainty.too_few_residuals(p.x.size, p.n_params):
             identified = False
             warnings.append(
                 f"{source}: {p.x.size} evaluations for {p.n_params} free parameters leave "
@@ -480,8 +480,8 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
     if r.model == "sigmoid" and not exact:
         Q = uncertainty.tangent_basis(p, vp.Params(r.R0, r.A, r.B, r.Cmid, r.sse))[0]
     now = trust.local_level(r.predict, p.x, p.y, Q, held=falls(p.y), n_params=n_params)
-    if p.x.size - n_params < uncertainty.MIN_CORRELATION_DOF:  # too few residuals to split noise from drift:
-        now = replace(now, noise=max(now.noise, step_noise(p.y) ** 2))  # the evaluation noise from differences
+    if uncertainty.too_few_residuals(p.x.size, n_params):  # noise not told from drift: the evaluation noise
+        now = replace(now, noise=max(now.noise, step_noise(p.y) ** 2))  # from successive differences instead
     bt = trust.backtest(p.x, p.y, refit, r.bounded, n_params)
     why = _degenerate(r, p, now)
     weight = 0.0 if why else (bt.weight if bt is not None else trust.COMBINED)

@@ -109,6 +109,12 @@ def _moments(Q: Array, KQ: list[Array], QKQ: list[Array], phi: float) -> list[fl
     return out
 
 
+def too_few_residuals(n_points: int, rank: int) -> bool:
+    """Whether ``n_points`` under a fit of ``rank`` free directions leave fewer than :data:`MIN_CORRELATION_DOF`
+    residual dimensions: too few to tell correlated drift from evaluation noise (see 2. above)."""
+    return n_points - rank < MIN_CORRELATION_DOF
+
+
 def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
     """Estimate (φ, λ) of ``Σ = λ·φ^|i−j| + (1−λ)·I`` from residuals ``e`` (in compute order), where ``Q`` is an
     orthonormal basis of the fit's tangent space (so the residual projector is ``M = I − QQᵀ``).
@@ -122,7 +128,7 @@ def noise_correlation(e: Array, Q: Array) -> tuple[float, float]:
     # fit has 1, where a rounding difference in the fit moved φ from 0.82 to 0.98 and the interval's threshold 10×)
     if not np.any(e):
         return 0.0, 0.0
-    if n - Q.shape[1] < MIN_CORRELATION_DOF:
+    if too_few_residuals(n, Q.shape[1]):
         return float(_PHI[-1]), 1.0
     obs = np.array([e[:-k] @ e[k:] for k in (1, 2)]) / (e @ e)
     KQ = [_lag_times(Q, k) for k in (1, 2)]
