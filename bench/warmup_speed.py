@@ -1,7 +1,8 @@
 """The supervised warm-up: its wall time and the skill it leaves, for today's settings against others (issue #31).
 
 Each side warms a fresh model (the preset's model at ``--seed``, nothing cached) up with its own
-``warmup.steps`` / ``warmup.batch_size`` / ``warmup.lr`` and is timed; then the warmed-up model is evaluated on the
+``warmup.steps`` / ``warmup.batch_size`` / ``warmup.lr`` / ``warmup.optimizer`` (``steps,batch,lr[,optimizer]``;
+the optimizer's own decay, ``muon_lr`` as configured) and is timed; then the warmed-up model is evaluated on the
 task's validation set (the preset's evaluation, ``eval.n_prompts`` × ``eval.n_samples``, fixed sampling seed):
 
   pass       the overall pass rate, the start of RL;
@@ -12,9 +13,9 @@ task's validation set (the preset's evaluation, ``eval.n_prompts`` × ``eval.n_s
 Sides run in interleaved rounds (``bench/rounds.py``); round ``i`` uses model seed ``--seed + i - 1`` on every
 side, so the seed spread of each side's skill is over rounds and the time ratio is taken within a round.
 
-    python bench/warmup_speed.py --rounds 3                                       # today's against --fast
-    python bench/warmup_speed.py --fast 400,64,0.006 --rounds 3
-    python bench/warmup_speed.py --side base=1280,64,0.003 --side a=400,64,0.006 --rounds 2 --skill-only
+    python bench/warmup_speed.py --rounds 3                     # AdamW's 1280 steps against the preset's warm-up
+    python bench/warmup_speed.py --fast 320,64,0.003,muon --rounds 3
+    python bench/warmup_speed.py --side base=1280,64,0.003,adamw --side a=400,64,0.006,adamw --rounds 2 --skill-only
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
 import rounds  # noqa: E402
 
 from scalerl.build import build_length_control, build_model, build_task
-from scalerl.config import SCRATCH_WARMUP_STEPS, WarmupConfig, load_config
+from scalerl.config import WarmupConfig, load_config
 from scalerl.engines.registry import native_engine
 from scalerl.evaluate import evaluate
 from scalerl.models.registry import prompt_encoder
@@ -38,12 +39,13 @@ from scalerl.models.warmup import warmup
 from scalerl.tasks.answers import THINK_CLOSE
 from scalerl.timing import Stopwatch
 
-TODAY = (1280, 64, 3e-3)  # the warm-up before issue #31 (steps, batch size, lr)
+Side = tuple[int, int, float, str]  # steps, batch size, lr, optimizer
+TODAY: Side = (1280, 64, 3e-3, "adamw")  # the warm-up before issue #31
 
 
-def parse_side(text: str) -> tuple[int, int, float]:
-    steps, batch, lr = text.split(",")
-    return int(steps), int(batch), float(lr)
+def parse_side(text: str) -> Side:
+    steps, batch, lr, *opt = text.split(",")
+    return int(steps), int(batch), float(lr), (opt[0] if opt else "muon")
 
 
 def habit_rate(engine: Any, encode: Any, task: Any, n_samples: int, length: Any, seed: int) -> float:
@@ -61,11 +63,12 @@ def habit_rate(engine: Any, encode: Any, task: Any, n_samples: int, length: Any,
     return slips / max(total, 1)
 
 
-def run_side(cfg: Any, task: Any, side: tuple[int, int, float], seed: int, skill_only: bool) -> dict[str, float]:
+def run_side(cfg: Any, task: Any, side: Side, seed: int, skill_only: bool) -> dict[str, float]:
     """Warm a fresh model up with ``side`` and measure its time and skill on ``task``."""
-    steps, batch, lr = side
+    steps, batch, lr, optimizer = side
     bundle = build_model(cfg.model, seed)
-    wcfg = WarmupConfig(steps=steps, batch_size=batch, lr=lr, cache=False)
+    wcfg = WarmupConfig(**{**cfg.warmup.model_dump(), "steps": steps, "batch_size": batch, "lr": lr,
+                           "optimizer": optimizer, "cache": False})
     watch = Stopwatch().start()
     stats = warmup(bundle.model, bundle.tokenizer, task, wcfg, seed=seed)
     seconds = watch.stop()
@@ -88,9 +91,10 @@ def main() -> None:
     rounds.add_arguments(ap)
     ap.add_argument("--preset", default="scalerl")
     ap.add_argument("--set", dest="sets", action="append", default=[])
-    ap.add_argument("--fast", default=None, help="steps,batch,lr of the side compared with today's "
+    ap.add_argument("--fast", default=None, help="steps,batch,lr[,optimizer] of the side compared with today's "
                     "(default: the preset's own warm-up)")
-    ap.add_argument("--side", action="append", default=[], help="name=steps,batch,lr (replaces today/--fast)")
+    ap.add_argument("--side", action="append", default=[],
+                    help="name=steps,batch,lr[,optimizer] (replaces today/--fast; optimizer default muon)")
     ap.add_argument("--seed", type=int, default=0, help="model seed of round 1 (round i: seed + i - 1)")
     ap.add_argument("--skill-only", action="store_true", help="no timing (skill figures hold under load)")
     args = ap.parse_args()
@@ -99,7 +103,7 @@ def main() -> None:
         sides = {name: parse_side(spec) for name, spec in (s.split("=", 1) for s in args.side)}
     else:
         own = cfg.warmup.resolved(pretrained=False)
-        fast = parse_side(args.fast) if args.fast else (own.steps or SCRATCH_WARMUP_STEPS, own.batch_size, own.lr)
+        fast = parse_side(args.fast) if args.fast else (own.steps, own.batch_size, own.lr, own.optimizer)
         sides = {"today": TODAY, "fast": fast}
     task = build_task(cfg.task)
 
@@ -111,7 +115,7 @@ def main() -> None:
     res = rounds.interleave({n: side_fn(sides[n]) for n in names},
                             rounds=args.rounds, threads=args.threads)
     keys = sorted({k for r in res.runs for k in r.values})
-    print(f"\nwarm-up sides (steps, batch, lr): {sides}; model seeds {args.seed}..{args.seed + args.rounds - 1}")
+    print(f"\nwarm-up sides (steps, batch, lr, optimizer): {sides}; model seeds {args.seed}..{args.seed + args.rounds - 1}")
     for n in names:
         vals = {k: [r.values[k] for r in res.side(n) if k in r.values] for k in keys}
         print(f"  {n:>8}: " + "; ".join(f"{k} {statistics.median(v):.4g} [{min(v):.4g}-{max(v):.4g}]"

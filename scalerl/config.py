@@ -78,9 +78,12 @@ class ModelConfig(Strict):
     seed: int | None = None
 
 
-# the testbed (issue #11): 1280 steps teach the three-operand tier to near-perfect skill, so RL has only the
-# answer habit to remove (640 left skill for RL to add slowly, and A open at the top)
-SCRATCH_WARMUP_STEPS = 1280
+# the testbed (issue #11): enough steps to teach the three-operand tier to near-perfect skill, so RL has only the
+# answer habit to remove (half of AdamW's 1280 left skill for RL to add slowly, and A open at the top). Muon reaches
+# AdamW's skill in 448 steps of 48 (issue #31, docs/RESULTS.md "A Muon warm-up"). Each optimizer's own steps, batch
+# size and decay share, which the fields left unset take:
+SCRATCH_WARMUP = {"muon": {"steps": 448, "batch_size": 48, "decay": 0.5},
+                  "adamw": {"steps": 1280, "batch_size": 64, "decay": 0.2}}
 
 
 class WarmupConfig(Strict):
@@ -89,22 +92,36 @@ class WarmupConfig(Strict):
     It is for a model built here (the built-in ``tiny`` model, a Hugging Face folder without weights): pretrained
     weights already start RL as the paper's runs do (§2, §5), so they get none unless ``steps`` asks for it."""
 
-    # None: the model kind's own (``steps_for``): SCRATCH_WARMUP_STEPS from scratch, 0 for pretrained weights
+    # None: the model kind's own (``steps_for``): the optimizer's SCRATCH_WARMUP steps from scratch, 0 for
+    # pretrained weights
     steps: int | None = Field(None, ge=0)
-    batch_size: int = Field(64, ge=1)
+    batch_size: int | None = Field(None, ge=1)  # None: the optimizer's own (SCRATCH_WARMUP)
+    # "muon": Muon (torch.optim.Muon: momentum orthogonalised by Newton-Schulz) on the weight matrices inside the
+    # network at ``muon_lr``, AdamW at ``lr`` on the rest (embeddings, head, norms); "adamw": AdamW at ``lr`` on all
+    optimizer: Literal["muon", "adamw"] = "muon"
     lr: float = Field(3e-3, gt=0)
+    muon_lr: float = Field(0.02, gt=0)
+    # the share of the steps over which the learning rate falls linearly to 0 (after a 5% rise and a flat stretch);
+    # None: the optimizer's own (SCRATCH_WARMUP)
+    decay: float | None = Field(None, gt=0, le=1)
     cache: bool = True
 
     def steps_for(self, pretrained: bool) -> int:
         """The warm-up steps a model gets: ``steps`` when given, else 0 for pretrained weights (``ModelBundle.
-        pretrained``) and SCRATCH_WARMUP_STEPS for a model built here."""
+        pretrained``) and the optimizer's SCRATCH_WARMUP steps for a model built here."""
         if self.steps is not None:
             return self.steps
-        return 0 if pretrained else SCRATCH_WARMUP_STEPS
+        return 0 if pretrained else SCRATCH_WARMUP[self.optimizer]["steps"]
 
     def resolved(self, pretrained: bool) -> "WarmupConfig":
-        """This config with ``steps`` filled in for a model that is (or is not) pretrained."""
-        return self.model_copy(update={"steps": self.steps_for(pretrained)})
+        """This config with ``steps``, ``batch_size`` and ``decay`` filled in for a model that is (or is not)
+        pretrained."""
+        own = SCRATCH_WARMUP[self.optimizer]
+        return self.model_copy(update={
+            "steps": self.steps_for(pretrained),
+            "batch_size": own["batch_size"] if self.batch_size is None else self.batch_size,
+            "decay": own["decay"] if self.decay is None else self.decay,
+        })
 
 
 class MixEntry(Named):

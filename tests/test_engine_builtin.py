@@ -71,6 +71,38 @@ def test_same_seed_same_samples():
     assert tokens(a) != tokens(c)
 
 
+def test_reused_cache_buffers_give_what_a_fresh_engine_gives():
+    """The KV cache lives in two buffers the engine keeps (``CacheArena``): a call after a larger one, whose
+    values are still in the buffers, samples exactly what a fresh engine samples, with the same log-probs, and a
+    call of the same size allocates nothing new."""
+    eng = engine()
+    eng.generate(PROMPTS * 3, 6, Length(max_new_tokens=30), seed=9)  # fills the buffers with other values
+    ptr = eng.arena._buffers[0].data_ptr()
+    reused = eng.generate(PROMPTS, 4, Length(), seed=5)
+    fresh = engine().generate(PROMPTS, 4, Length(), seed=5)
+    assert [s.tokens for g in reused for s in g] == [s.tokens for g in fresh for s in g]
+    assert [s.logprobs for g in reused for s in g] == [s.logprobs for g in fresh for s in g]
+    assert eng.arena._buffers[0].data_ptr() == ptr  # smaller: served from the same buffer
+    for group in reused:
+        for s in group:
+            assert torch.allclose(torch.tensor(s.logprobs), full_logprobs(eng.model, s), atol=1e-5)
+
+
+def test_cache_arena_grows_and_follows_the_dtype():
+    from scalerl.engines.builtin import CacheArena
+
+    arena = CacheArena()
+    like = torch.zeros(1)
+    a = arena.take(0, [2, 3], like)
+    assert a.shape == (2, 3) and a.is_contiguous() and torch.equal(a, torch.zeros(2, 3))
+    a.fill_(7.0)
+    assert torch.equal(arena.take(0, [3, 2], like), torch.full((3, 2), 7.0))  # same storage, reshaped
+    assert arena.take(1, [2, 3], like).data_ptr() != a.data_ptr()  # the other buffer
+    big = arena.take(0, [4, 5], like)
+    assert big.shape == (4, 5) and torch.equal(big, torch.zeros(4, 5))  # grown: a new zeroed buffer
+    assert arena.take(0, [2], torch.zeros(1, dtype=torch.bfloat16)).dtype == torch.bfloat16
+
+
 def test_inflight_update_switches_version_mid_sequence_on_the_kept_cache():
     eng = engine()
     # the new weights differ only in the final norm, which no cached key/value depends on: tokens sampled

@@ -147,7 +147,7 @@ def test_pretrained_weights_are_marked_and_a_config_only_folder_is_not(config_fo
 @pytest.mark.parametrize("asked, folder, expected", [
     (None, "weights", None),   # pretrained weights: no warm-up unless asked (issue 34)
     (3, "weights", 3),         # asked for
-    (None, "config", 1280),    # a randomly initialised model gets the built-in model's warm-up
+    (None, "config", 448),     # a randomly initialised model gets the built-in model's warm-up (Muon, issue 31)
 ])
 def test_the_warmup_depends_on_the_model_kind(asked, folder, expected, config_folder, weights_folder, tmp_path,
                                               monkeypatch):

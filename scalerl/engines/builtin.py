@@ -15,6 +15,7 @@ one token).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,18 +31,47 @@ if TYPE_CHECKING:
 COMPACT_AT = 0.75
 
 
+class CacheArena:
+    """Two flat buffers that every KV cache of one engine lives in, reused from one ``generate`` call to the next.
+
+    A cache of a few hundred sequences is ~100 MB: allocated fresh, it is above glibc's mmap threshold (32 MB at
+    most), so every call and every compaction mapped new pages and faulted each one in, a large share of
+    generation on a CPU. The cache of the sequences still decoding is in one buffer; a compaction copies the rows
+    it keeps into the other, and the two swap. Buffers start as zeros and only ever receive copies of cache
+    values, so the slots a sequence's key mask hides hold finite numbers, as a fresh ``torch.zeros`` cache did.
+    One ``generate`` at a time per engine, as the engine's weights already assume."""
+
+    def __init__(self) -> None:
+        self._buffers: list[torch.Tensor | None] = [None, None]
+
+    def take(self, which: int, shape: list[int], like: torch.Tensor) -> torch.Tensor:
+        """A contiguous tensor of ``shape`` in buffer ``which`` (0 or 1), with ``like``'s dtype and device; its
+        values are whatever the buffer holds (finite)."""
+        numel = math.prod(shape)
+        buf = self._buffers[which]
+        if buf is None or buf.numel() < numel or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[which] = torch.zeros(numel, dtype=like.dtype, device=like.device)
+        return buf[:numel].view(shape)
+
+
 class _TinyKV:
-    """A ``KVBatch`` over a TinyLM's preallocated cache (rows on dim 2): a key mask sized for the whole completion,
-    each row's rotary position of its next token, and ``p_max``, the width of the left-padded prompts."""
+    """A ``KVBatch`` over a TinyLM's preallocated cache (rows on dim 2) in buffer ``which`` of ``arena``: a key mask
+    sized for the whole completion, each row's rotary position of its next token, and ``p_max``, the width of the
+    left-padded prompts."""
 
     def __init__(
-        self, model: Any, cache: torch.Tensor, key_mask: torch.Tensor, positions: torch.Tensor, p_max: int
+        self, model: Any, cache: torch.Tensor, key_mask: torch.Tensor, positions: torch.Tensor, p_max: int,
+        arena: CacheArena, which: int,
     ) -> None:
         self.model, self.cache, self.key_mask, self.positions, self.p_max = model, cache, key_mask, positions, p_max
+        self.arena, self.which = arena, which
 
     def keep(self, kept: torch.Tensor) -> None:
         self.positions, self.key_mask = self.positions[kept], self.key_mask[kept]
-        self.cache = self.cache.index_select(2, kept)
+        self.which = 1 - self.which
+        shape = list(self.cache.shape)
+        shape[2] = kept.numel()
+        self.cache = torch.index_select(self.cache, 2, kept, out=self.arena.take(self.which, shape, self.cache))
 
     def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         at = self.p_max + t
@@ -59,6 +89,7 @@ class BuiltinEngine(DecodeEngine):
     def __init__(self, model: torch.nn.Module, tokenizer: Tokenizer, fp32_head: bool = True) -> None:
         super().__init__(model, tokenizer, fp32_head)
         self.stop_ids = frozenset({tokenizer.eos_id})
+        self.arena = CacheArena()
 
     def _device(self) -> torch.device:
         return self.model.get_output_embeddings().weight.device
@@ -74,4 +105,8 @@ class BuiltinEngine(DecodeEngine):
         positions = mask.sum(-1).repeat_interleave(n, 0)  # rotary position of each sequence's next token
         cache = self.model.new_cache(len(ids), p_max + max_new)
         logits = self.model.prefill(ids, mask, cache).repeat_interleave(n, 0)
-        return logits, _TinyKV(self.model, cache.repeat_interleave(n, dim=2), key_mask, positions, p_max)
+        shape = list(cache.shape)
+        shape[2] *= n
+        copies = torch.arange(len(ids), device=cache.device).repeat_interleave(n)  # row i*n + j: prompt i
+        rows = torch.index_select(cache, 2, copies, out=self.arena.take(0, shape, cache))
+        return logits, _TinyKV(self.model, rows, key_mask, positions, p_max, self.arena, 0)
