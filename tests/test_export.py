@@ -216,9 +216,8 @@ def test_eval_of_each_checkpoint_reproduces_what_the_run_logged(run, tmp_path):
         assert {k: e[k] for k in keys} == {k: logged[e["step"]][k] for k in keys}  # exactly, every sample
         assert all(e[f"logged/{k}"] == e[k] for k in keys)
     # the sampled tokens differ between the two steps (a reproduction of one evaluation twice would not)
-    assert doc["evaluations"][0]["val/truncation_rate"] != doc["evaluations"][1]["val/truncation_rate"] or \
-        doc["evaluations"][0]["downstream/three_ops/truncation_rate"] != \
-        doc["evaluations"][1]["downstream/three_ops/truncation_rate"]
+    first, second = doc["evaluations"]
+    assert any(first[k] != second[k] for k in keys)
     table = done.stdout
     assert "(logged)" in table and "three_ops" in table
 
