@@ -7,6 +7,7 @@ task's validation set (the preset's evaluation, ``eval.n_prompts`` × ``eval.n_s
 
   pass       the overall pass rate, the start of RL;
   tier/...   each tier's pass rate (the testbed: the taught tier near its ceiling, the untaught one near 0);
+  <domain>   each domain's pass rate, for a task mixture (``--preset multitask``);
   habit      the habit RL removes (§ App. A.6; ``answer_slip`` of the testbed): among samples for taught problems
              with a negative answer, the share that state the answer without its minus sign.
 
@@ -80,7 +81,7 @@ def run_side(cfg: Any, task: Any, side: Side, seed: int, skill_only: bool) -> di
     out = {"seconds": seconds, "loss_last": stats["loss_last"], "pass": res["val/pass_rate"],
            "habit": habit_rate(engine, encode, task, cfg.eval.n_samples, length, seed=2000)}
     out.update({k.removeprefix("val/").removesuffix("/pass_rate"): v for k, v in res.items()
-                if k.startswith("val/tier/")})
+                if k.startswith("val/") and k.endswith("/pass_rate") and k != "val/pass_rate"})  # tiers, domains
     if skill_only:
         out.pop("seconds")
     return out
