@@ -74,10 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--demo-args", default="", help="more arguments for `scalerl demo`, e.g. \"--preset multitask\"")
     rounds.add_arguments(ap)
     args = ap.parse_args(argv)
-    for tree in (args.baseline, args.ours):
-        if not (tree / "scalerl" / "__init__.py").is_file() or not (tree / "configs").is_dir():
-            print(f"error: {tree} holds no scalerl/ package and configs/ folder", file=sys.stderr)
-            return 2
+    if not rounds.trees_hold_scalerl(args.baseline, args.ours):
+        return 2
     demo_args = shlex.split(args.demo_args)
 
     def side(tree: Path):  # noqa: ANN202

@@ -105,6 +105,16 @@ def run_in_tree(tree: Path, code: str, threads: int | None = None) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+def trees_hold_scalerl(*trees: Path) -> bool:
+    """Whether every tree holds a ``scalerl/`` package and a ``configs/`` folder (a checkout or a ``git archive`` of
+    one, as ``run_in_tree`` needs); the first that does not is named in one line on stderr."""
+    for tree in trees:
+        if not (tree / "scalerl" / "__init__.py").is_file() or not (tree / "configs").is_dir():
+            print(f"error: {tree} holds no scalerl/ package and configs/ folder", file=sys.stderr)
+            return False
+    return True
+
+
 def add_arguments(ap) -> None:  # noqa: ANN001  (argparse.ArgumentParser)
     """The options every bench script shares: ``--rounds`` and ``--threads``."""
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds per side (>= 3 for a spread)")

@@ -51,10 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps < 2:
         print("error: --steps must be at least 2 (the first step is not timed)", file=sys.stderr)
         return 2
-    for tree in (args.baseline, args.ours):
-        if not (tree / "scalerl" / "__init__.py").is_file() or not (tree / "configs").is_dir():
-            print(f"error: {tree} holds no scalerl/ package and configs/ folder", file=sys.stderr)
-            return 2
+    if not rounds.trees_hold_scalerl(args.baseline, args.ours):
+        return 2
     results = rounds.interleave({"baseline": lambda: phases(args.baseline, args.steps, args.threads),
                                  "ours": lambda: phases(args.ours, args.steps, args.threads)},
                                 rounds=args.rounds, threads=args.threads)

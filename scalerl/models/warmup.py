@@ -23,6 +23,7 @@ from scalerl.atomic import atomic_path
 from scalerl.config import WarmupConfig
 from scalerl.errors import UserError
 from scalerl.models.base import Tokenizer
+from scalerl.models.hf import inner_hf_model
 from scalerl.models.registry import encode_prompt  # the one place prompts are encoded
 from scalerl.timing import Stopwatch
 
@@ -143,7 +144,7 @@ def _optimizers(model: torch.nn.Module, cfg: WarmupConfig) -> list[torch.optim.O
 def _input_embeddings(model: torch.nn.Module) -> torch.nn.Module:
     """The token embedding: a Hugging Face model's ``get_input_embeddings()`` (inside scalerl's policy wrapper
     too), else the built-in model's ``embed``."""
-    inner = getattr(model, "hf", model)
+    inner = inner_hf_model(model)
     return inner.get_input_embeddings() if hasattr(inner, "get_input_embeddings") else model.embed
 
 
