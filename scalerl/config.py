@@ -264,6 +264,10 @@ class EvalConfig(Strict):
     every: int = Field(5, ge=1)
     n_samples: int = Field(4, ge=1)  # mean@n
     n_prompts: int | None = Field(None, ge=1)  # None: the whole validation split
+    # evaluate on a copy of the weights beside the next steps (the trainer is otherwise idle while it waits for the
+    # generators; one more copy of the policy in memory); false: the steps wait for each evaluation. A run with a
+    # stop rule (`--stop-when`, a pruned sweep) always waits: the rule reads each evaluation before the next step
+    overlap: bool = True
     downstream: list[DownstreamSet] = Field(default_factory=list)
 
     @field_validator("downstream")

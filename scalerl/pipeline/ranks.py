@@ -85,13 +85,14 @@ class Solo:
         return resolve_device(cfg.device)
 
     def trainer(
-        self, model: nn.Module, cfg: RunConfig, state: dict[str, Any] | None
+        self, model: nn.Module, cfg: RunConfig, state: dict[str, Any] | None, separate_eval: bool = False
     ) -> tuple[Trainer, nn.Module]:
-        """``(the trainer, the model to evaluate)``, the trainer loaded from ``state`` when resuming."""
+        """``(the trainer, the model to evaluate)``, the trainer loaded from ``state`` when resuming. The model to
+        evaluate is the trained one, or a copy of it with ``separate_eval`` (an evaluation beside the steps)."""
         trainer = Trainer(model, cfg.algo, cfg.optim)
         if state is not None:
             trainer.load_state_dict(state)
-        return trainer, model
+        return trainer, copy.deepcopy(model) if separate_eval else model
 
     def step(self, trainer: Trainer, batch: RolloutBatch, stage: StageConfig) -> dict[str, float]:
         return train_step(trainer, batch, stage)
@@ -101,7 +102,9 @@ class Solo:
         return model.state_dict()
 
     def refresh(self, eval_model: nn.Module, model: nn.Module) -> None:
-        """Bring the evaluation model up to the trainer's weights (here they are the same module)."""
+        """Bring the evaluation model up to the trainer's weights (nothing to do when they are the same module)."""
+        if eval_model is not model:
+            eval_model.load_state_dict(model.state_dict())
 
     def trainer_state(self, trainer: Trainer) -> dict[str, Any]:
         return trainer.state_dict()
@@ -147,9 +150,9 @@ class Leader(Solo):
         return self.rank_device
 
     def trainer(
-        self, model: nn.Module, cfg: RunConfig, state: dict[str, Any] | None
+        self, model: nn.Module, cfg: RunConfig, state: dict[str, Any] | None, separate_eval: bool = False
     ) -> tuple[Trainer, nn.Module]:
-        """The sharded trainer, and an unsharded copy of the model for evaluation on rank 0."""
+        """The sharded trainer, and an unsharded copy of the model for evaluation on rank 0 (always separate)."""
         eval_model = copy.deepcopy(model)
         with self.collective("init", {"config": cfg.model_dump(mode="json"), "resume": state is not None}):
             trainer = sharded_trainer(model, cfg, eval_model.state_dict(), state)

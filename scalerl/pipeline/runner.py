@@ -6,7 +6,9 @@ Per step ``s`` the driver (in the trainer's process):
   2. takes batch ``s`` from the backend, trains on it, updates the curriculum with its outcomes, and
      publishes the weights when the schedule says so (every step for PipelineRL, every ``k`` for PPO);
   3. logs metrics; every ``eval.every`` steps evaluates mean@n on the validation split and refits the
-     compute-reward curve (the live forecast); every ``checkpoint_every`` steps writes a checkpoint.
+     compute-reward curve (the live forecast), on a copy of the weights beside the next steps with
+     ``eval.overlap`` (logged when done, at the latest before the next evaluation or a later checkpoint);
+     every ``checkpoint_every`` steps writes a checkpoint.
 
 The synchronous and the asynchronous paths are this same loop; only the backend differs. Under torchrun
 (``WORLD_SIZE`` > 1) the loop runs on rank 0 and the trainer is sharded and data-parallel over every rank
@@ -38,6 +40,7 @@ from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import CheckpointNotWritten, RunStopped, UserError
 from scalerl.evaluate import Evaluation, build_evaluation, eval_seed
 from scalerl.forecast import Forecaster
+from scalerl.pipeline.background import BackgroundCall
 from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.ready import Backend
 from scalerl.models.registry import prompt_encoder
@@ -175,7 +178,9 @@ def _run(
         torch.set_num_threads(cfg.threads or max(threads, (os.cpu_count() or 1) // ranks.world))
         warm_stats = warmup(model, tokenizer, task, warm_cfg, seed=cfg.base_seed, encode=prompt_encoder(bundle))
         torch.set_num_threads(threads)
-    trainer, eval_model = ranks.trainer(model, cfg, ckpt["trainer"] if ckpt is not None else None)
+    overlap = cfg.eval.overlap and stop_rule is None  # a stop rule reads each evaluation before the next step
+    trainer, eval_model = ranks.trainer(model, cfg, ckpt["trainer"] if ckpt is not None else None,
+                                        separate_eval=overlap)
     held = cfg.devices or backend_devices(cfg) + ranks.world - 1  # the generators and the trainer's ranks
     state = RunState(
         curriculum=build_curriculum(cfg, task),
@@ -196,7 +201,8 @@ def _run(
     backend.submit(state.unready())
 
     loop = RunLoop(cfg, out, ranks, state, schedule, trainer, model, eval_model, evaluation, backend, log,
-                   RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule)
+                   RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule,
+                   overlap=overlap and eval_model is not model)
     try:
         with loop.display:
             loop.run(warm_stats, fresh=ckpt is None)
@@ -208,6 +214,17 @@ def _run(
         summary["stopped"] = loop.stopped
     write_run_card(out)  # README.md: what was done and how it came out (scalerl/runcard.py)
     return summary
+
+
+@dataclass(frozen=True)
+class PendingEval:
+    """An evaluation running beside the steps: the metrics row and compute of the step it evaluates, the call, and
+    the seconds its weight refresh took."""
+
+    row: dict[str, Any]
+    device_hours: float
+    call: BackgroundCall
+    refresh_seconds: float
 
 
 @dataclass
@@ -232,6 +249,8 @@ class RunLoop:
     grader_warnings: FailureWarnings = field(default_factory=FailureWarnings)
     stop_rule: StopRule | None = None  # asked after every evaluation whether to stop before the budget
     stopped: str | None = None  # why the stop rule ended the run (None: it ran to its budget)
+    overlap: bool = False  # evaluate beside the next steps (eval_model is a copy of the trained model)
+    pending: PendingEval | None = None  # the evaluation running beside the steps, not yet logged
 
     def __post_init__(self) -> None:
         self.stage = StageConfig.of(self.cfg.algo, self.schedule)  # what the driver does to a batch before training
@@ -249,14 +268,15 @@ class RunLoop:
         training compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps
         and at the end, so that a run stopped at a compute budget resumes from where it stopped."""
         cfg, state = self.cfg, self.state
-        # a resumed run that already evaluated at its checkpoint step must not evaluate there again
+        # a resumed run that already evaluated at its checkpoint step must not evaluate there again; one whose
+        # evaluation there was still running beside the steps when it stopped evaluates it now
         last_eval_step = max((int(r["step"]) for r in read_metrics(self.out) if "val/pass_rate" in r), default=-1)
         last_ckpt_step = state.step  # fresh: nothing trained yet; resumed: its checkpoint's step
         state.start_clock()
         self.display.start(state.step, warm_stats)
-        if state.step == 0 and fresh:
+        if (state.step == 0 and fresh) or (state.step % cfg.eval.every == 0 and last_eval_step < state.step):
             self.evaluate()
-            last_eval_step = 0
+            last_eval_step = state.step
         state.meter.start()  # compute: every device held x this wall clock, less the pauses below
         try:
             while self.within_budget():
@@ -273,12 +293,14 @@ class RunLoop:
         except CheckpointNotWritten:  # the checkpoint itself could not be written: not tried again
             raise
         except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
+            self.collect(before_step=state.step)
             self.state.save(self.out, self.ranks.trainer_state(self.trainer),
                             [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
             raise
         state.meter.stop()
         if last_eval_step != state.step:
             self.evaluate()
+        self.collect()
         if last_ckpt_step != state.step:
             self.checkpoint()
 
@@ -329,19 +351,42 @@ class RunLoop:
 
     def evaluate(self) -> None:
         """Evaluate the trainer's weights and refit the compute-reward curve on the result (§2.1, the live
-        forecast); logs the row. A pause: not metered as compute."""
+        forecast). With :attr:`overlap` the evaluation runs on a copy of the weights beside the next steps and is
+        logged, with the step, wall clock and compute it was started at, when :meth:`collect` finds it done;
+        otherwise the steps wait for it. Waiting for an evaluation is a pause: not metered as compute."""
+        self.collect()
         with self.state.meter.paused():
-            self._evaluate()
-
-    def _evaluate(self) -> None:
-        phases: dict[str, float] = {}
-        with timed(phases, "eval"):
+            clock = Stopwatch().start()
             self.ranks.refresh(self.eval_model, self.model)
-            res = self.evaluation(eval_seed(self.cfg.seed, self.state.step))
-        record = self.row(res, timing_metrics(phases))
+            row, hours, seed = self.row(), self.state.meter.device_hours, eval_seed(self.cfg.seed, self.state.step)
+            if self.overlap:
+                # at the lowest CPU priority (Linux): it takes the cycles the steps leave idle (the trainer waiting
+                # for the generators), so it does not slow them, nor the compute metered for them
+                call = BackgroundCall(self.evaluation, seed, name="scalerl-eval", nice=19)
+                self.pending = PendingEval(row, hours, call, clock.stop())
+                return
+            res = self.evaluation(seed)
+        self._log_eval(row, hours, res, clock.stop())
+
+    def collect(self, before_step: int | None = None) -> None:
+        """Wait for the evaluation running beside the steps (a pause) and log it; with ``before_step``, only one
+        started before that step (a checkpoint at a later step must not be written before the evaluation it
+        follows is logged: a run resumed from it would never evaluate there)."""
+        pending = self.pending
+        if pending is None or (before_step is not None and pending.row["step"] >= before_step):
+            return
+        self.pending = None
+        with self.state.meter.paused():
+            res = pending.call.result()
+        self._log_eval(pending.row, pending.device_hours, res, pending.refresh_seconds + pending.call.seconds)
+
+    def _log_eval(self, row: dict[str, Any], device_hours: float, res: dict[str, float], seconds: float) -> None:
+        """Log an evaluation's row (``row``: the step's, at the start of the evaluation), refit the live forecast at
+        the compute of that step, and ask the stop rule."""
+        record = {**row, **res, **timing_metrics({"eval": seconds})}
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
-        record.update(self.state.forecaster.update(self.state.meter.device_hours, res["val/pass_rate"], domains))
+        record.update(self.state.forecaster.update(device_hours, res["val/pass_rate"], domains))
         if self.stop_rule is None:
             self.log.log(record)
             self.display.eval(record)
@@ -360,6 +405,7 @@ class RunLoop:
             self._checkpoint()
 
     def _checkpoint(self) -> None:
+        self.collect(before_step=self.state.step)
         ready = self.backend.settle(sorted(self.state.pending))
         self.state.save(self.out, self.ranks.trainer_state(self.trainer), ready, self.cfg.model_dump(mode="json"))
 

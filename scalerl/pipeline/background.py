@@ -1,0 +1,52 @@
+"""One call running on a thread beside the training loop (the evaluation of §2.1 while the next steps train).
+
+``concurrent.futures`` would do, but its worker threads are joined at interpreter exit: a Ctrl-C during a long
+evaluation would then hang until the evaluation ended. This thread is a daemon; ``result()`` re-raises what the
+call raised, in the caller's thread. The thread uses the caller's number of torch threads: OpenMP keeps that
+setting per thread, and a new thread would otherwise take every core (measured: a 1-thread caller's matmul
+ran on 2 threads in a fresh thread)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+import torch
+
+
+class BackgroundCall:
+    """``BackgroundCall(fn, *args)`` starts ``fn(*args)`` on a daemon thread; :meth:`result` waits for it and
+    returns its value (or raises its exception); :attr:`seconds` is the call's own duration. ``nice``: the
+    thread's own nice value on Linux (a higher one: it runs on what the other threads and processes leave idle;
+    elsewhere a thread has no nice value of its own, and it runs at the process's)."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, name: str = "scalerl-background", nice: int = 0) -> None:
+        self._fn, self._args = fn, args
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self.seconds = 0.0
+        self._threads = torch.get_num_threads()
+        self._nice = nice
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        start = time.perf_counter()
+        if self._nice and sys.platform.startswith("linux"):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+        torch.set_num_threads(self._threads)
+        try:
+            self._value = self._fn(*self._args)
+        except BaseException as exc:  # handed to the caller by result()
+            self._error = exc
+        finally:
+            self.seconds = time.perf_counter() - start
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
