@@ -9,7 +9,8 @@ side's checks are seen on as many seeds as there are rounds. The sides run in in
 (``bench/rounds.py``) and the time ratio is taken within a round.
 
 Per run: the wall seconds of the whole command, the warm-up's own seconds (its ``warm-up:`` line), the exit status
-(non-zero when a check failed), how many of the demo's checks passed, and the fitted A.
+(non-zero when a check failed), how many of the demo's checks passed, the fitted A, and the training compute the
+run metered (``compute/device_hours`` at its end: the curve's x-axis, which a speed-up should leave about alone).
 
     git archive c6a5b76 scalerl configs | tar -x -C /tmp/before
     python bench/demo_time.py /tmp/before --rounds 3
@@ -49,6 +50,14 @@ def parse_demo(output: str) -> dict[str, float]:
     return out
 
 
+def metered_hours(run_dir: Path) -> dict[str, float]:
+    """``{"device_hours": the largest compute/device_hours the run logged}``; empty when it logged none."""
+    from scalerl.runlog import read_metrics
+
+    hours = [r["compute/device_hours"] for r in read_metrics(run_dir) if "compute/device_hours" in r]
+    return {"device_hours": max(hours)} if hours else {}
+
+
 def run_demo(tree: Path, seed: int, demo_args: list[str], threads: int) -> dict[str, float]:
     """One ``scalerl demo`` from ``tree`` with an empty warm-up cache; its figures (``parse_demo``) and seconds."""
     with tempfile.TemporaryDirectory(prefix="scalerl-demo-time-") as tmp:
@@ -59,11 +68,12 @@ def run_demo(tree: Path, seed: int, demo_args: list[str], threads: int) -> dict[
         t0 = time.perf_counter()
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
         seconds = time.perf_counter() - t0
+        hours = metered_hours(Path(tmp) / "run")
     text = done.stdout + done.stderr
     if "check:" not in text:
         sys.exit(f"error: {tree}: the demo printed no checks (exit status {done.returncode}): "
                  f"{(text.strip().splitlines() or [''])[-1]}")
-    return {"seconds": seconds, "exit_status": float(done.returncode), **parse_demo(text)}
+    return {"seconds": seconds, "exit_status": float(done.returncode), **parse_demo(text), **hours}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 
     res = rounds.interleave({"baseline": side(args.baseline), "ours": side(args.ours)},
                             rounds=args.rounds, threads=args.threads)
-    keys = ("seconds", "warmup_s", "exit_status", "checks_passed", "checks_failed", "A")
+    keys = ("seconds", "warmup_s", "exit_status", "checks_passed", "checks_failed", "A", "device_hours")
     print(f"\n`scalerl demo {args.demo_args}` from an empty cache, seeds {args.seed}..{args.seed + args.rounds - 1}")
     for name in ("baseline", "ours"):
         for r in res.side(name):

@@ -24,3 +24,11 @@ def test_parse_demo_reads_the_warmup_checks_and_a():
 def test_a_tree_without_scalerl_is_refused(tmp_path, capsys):
     assert demo_time.main([str(tmp_path), "--rounds", "1"]) == 2
     assert "holds no scalerl/ package" in capsys.readouterr().err
+
+
+def test_metered_hours_is_the_largest_compute_the_run_logged(tmp_path):
+    rows = ['{"step": 0, "compute/device_hours": 0.0, "val/pass_rate": 0.5}', '{"step": 1, "compute/device_hours": 0.25}',
+            '{"step": 2, "compute/device_hours": 0.5}', '{"step": 1, "compute/device_hours": 0.25, "val/pass_rate": 0.6}']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    assert demo_time.metered_hours(tmp_path) == {"device_hours": 0.5}  # an evaluation logged late does not hide it
+    assert demo_time.metered_hours(tmp_path / "none") == {}
