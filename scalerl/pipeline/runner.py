@@ -353,20 +353,22 @@ class RunLoop:
         """Evaluate the trainer's weights and refit the compute-reward curve on the result (§2.1, the live
         forecast). With :attr:`overlap` the evaluation runs on a copy of the weights beside the next steps and is
         logged, with the step, wall clock and compute it was started at, when :meth:`collect` finds it done;
-        otherwise the steps wait for it. Waiting for an evaluation is a pause: not metered as compute."""
+        otherwise the steps wait for it (its row: the wall clock after it). Waiting for an evaluation is a pause:
+        not metered as compute."""
         self.collect()
         with self.state.meter.paused():
             clock = Stopwatch().start()
             self.ranks.refresh(self.eval_model, self.model)
-            row, hours, seed = self.row(), self.state.meter.device_hours, eval_seed(self.cfg.seed, self.state.step)
+            seed = eval_seed(self.cfg.seed, self.state.step)
             if self.overlap:
                 # at the lowest CPU priority (Linux): it takes the cycles the steps leave idle (the trainer waiting
-                # for the generators), so it does not slow them, nor the compute metered for them
+                # for the generators), so it slows them, and the compute metered for them, as little as it can
                 call = BackgroundCall(self.evaluation, seed, name="scalerl-eval", nice=19)
-                self.pending = PendingEval(row, hours, call, clock.stop())
+                self.pending = PendingEval(self.row(), self.state.meter.device_hours, call, clock.stop())
                 return
             res = self.evaluation(seed)
-        self._log_eval(row, hours, res, clock.stop())
+            row, hours, seconds = self.row(), self.state.meter.device_hours, clock.stop()
+        self._log_eval(row, hours, res, seconds)
 
     def collect(self, before_step: int | None = None) -> None:
         """Wait for the evaluation running beside the steps (a pause) and log it; with ``before_step``, only one
