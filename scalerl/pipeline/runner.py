@@ -383,8 +383,8 @@ class RunLoop:
         self._log_eval(pending.row, pending.device_hours, res, pending.refresh_seconds + pending.call.seconds)
 
     def _log_eval(self, row: dict[str, Any], device_hours: float, res: dict[str, float], seconds: float) -> None:
-        """Log an evaluation's row (``row``: the step's, at the start of the evaluation), refit the live forecast at
-        the compute of that step, and ask the stop rule."""
+        """Log an evaluation's row (``row``: the metrics row of the step it evaluated), refit the live forecast at
+        that step's compute, and ask the stop rule."""
         record = {**row, **res, **timing_metrics({"eval": seconds})}
         domains = {d: res[f"val/{d}/pass_rate"] for d in getattr(self.evaluation.task, "domains", ())
                    if f"val/{d}/pass_rate" in res}
