@@ -128,3 +128,12 @@ def test_a_stop_rule_sees_each_evaluation_before_the_next_step(tmp_path):
     train(micro("backend=inline", "steps=6", "eval.every=3", "checkpoint_every=100"), tmp_path,
           show_progress=False, stop_rule=rule)
     assert asked == [0, 3, 6]
+
+
+def test_background_call_runs_where_its_priority_cannot_be_set(monkeypatch):
+    """The priority is an optimisation: a sandbox that refuses it still gets the call's value."""
+    def refuse(*args):
+        raise PermissionError("setpriority")
+
+    monkeypatch.setattr(os, "setpriority", refuse)
+    assert BackgroundCall(lambda: 42, nice=19).result() == 42

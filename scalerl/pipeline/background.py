@@ -35,10 +35,13 @@ class BackgroundCall:
 
     def _run(self) -> None:
         start = time.perf_counter()
-        if self._nice and sys.platform.startswith("linux"):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
-        torch.set_num_threads(self._threads)
         try:
+            if self._nice and sys.platform.startswith("linux"):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
+                except OSError:  # a sandbox that forbids it: the call runs at the process's priority
+                    pass
+            torch.set_num_threads(self._threads)
             self._value = self._fn(*self._args)
         except BaseException as exc:  # handed to the caller by result()
             self._error = exc
