@@ -71,7 +71,7 @@ def test_overlapped_evaluation_logs_what_a_waited_for_one_logs(tmp_path):
     waited, beside = _evals(tmp_path / "wait"), _evals(tmp_path / "beside")
     assert [r["step"] for r in beside] == [r["step"] for r in waited] == [0, 3, 6, 7]
     assert [[r[k] for k in SAME] for r in beside] == [[r[k] for k in SAME] for r in waited]
-    rewards = [[r["train/reward_mean"] for r in read_metrics(d) if "loss" in r] for d in (tmp_path / "wait", tmp_path / "beside")]
+    rewards = [[r["train/reward_mean"] for r in read_metrics(tmp_path / d) if "loss" in r] for d in ("wait", "beside")]
     assert rewards[0] == rewards[1]
     # each evaluation carries the compute of the step it evaluated: between that step's row and the next one's
     steps = {r["step"]: r["compute/device_hours"] for r in read_metrics(tmp_path / "beside") if "loss" in r}

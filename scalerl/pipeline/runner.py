@@ -201,8 +201,7 @@ def _run(
     backend.submit(state.unready())
 
     loop = RunLoop(cfg, out, ranks, state, schedule, trainer, model, eval_model, evaluation, backend, log,
-                   RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule,
-                   overlap=overlap and eval_model is not model)
+                   RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule, overlap=overlap)
     try:
         with loop.display:
             loop.run(warm_stats, fresh=ckpt is None)
