@@ -22,6 +22,7 @@ import pytest
 from scalerl import cli
 from scalerl.errors import RunStopped
 from scalerl.pipeline import runner
+from scalerl.pipeline.backends import ProcessBackend
 from scalerl.pipeline.runner import train
 from scalerl.runlog import read_metrics
 from tests.test_pipeline import _consumed, micro, train_lines
@@ -36,39 +37,60 @@ def _generator() -> mp.Process | None:
 class Killer(threading.Thread):
     """SIGKILLs this process's generator once the run has trained each of ``at`` steps, after a random delay
     of up to ``JITTER_S`` (so a kill lands while a batch is being generated, sent or waited for), a new
-    generator each time: it waits for the replacement of the one it killed."""
+    generator each time: it waits for the replacement of the one it killed.
+
+    However fast the run is, each kill lands while the trainer still needs the generator: :meth:`hold` keeps
+    the trainer from publishing the weights after step ``s`` until the kill planned at ``s`` is done, so the
+    batches the run has not yet trained on cannot all have been generated (a micro run once finished its
+    last steps within the delay and the kill went unnoticed)."""
 
     JITTER_S = 0.1
 
     def __init__(self, run_dir: Path, at: list[int]) -> None:
         super().__init__(daemon=True)
         self.run_dir, self.at, self.killed, self.stop = run_dir, sorted(at), [], threading.Event()
+        self.last: int | None = None  # the pid of the generator killed last
         self.delays = random.Random(str(at)).uniform  # seeded: a failing case can be run again
+
+    def hold(self, version: int) -> None:
+        """Called by the trainer before it publishes weights ``version``: wait while the next kill is planned at
+        a step before ``version`` and the generator it is for is alive (one already killed is replaced only
+        once the trainer finds it dead, so the trainer goes on then)."""
+        planned = len(self.killed)
+        while (not self.stop.is_set() and len(self.killed) == planned < len(self.at) and self.at[planned] < version
+               and (proc := _generator()) is not None and proc.pid != self.last):
+            time.sleep(0.005)
 
     def trained(self) -> int:
         path = self.run_dir / "consumed.jsonl"
         return len(path.read_text().splitlines()) if path.exists() else 0
 
     def run(self) -> None:
-        last = None
         for step in self.at:
             while not self.stop.is_set():
                 proc = _generator()
-                if self.trained() >= step and proc is not None and proc.pid != last:
+                if self.trained() >= step and proc is not None and proc.pid != self.last:
                     time.sleep(self.delays(0, self.JITTER_S))
                     if not proc.is_alive():
                         continue  # it died by itself meanwhile (or the run ended): look again
                     os.kill(proc.pid, signal.SIGKILL)
-                    last = proc.pid
+                    self.last = proc.pid
                     self.killed.append(step)
                     break
                 time.sleep(0.02)
 
 
-def _run(run_dir: Path, schedule: str, kill_at: list[int], *sets: str) -> Killer:
+def _run(monkeypatch, run_dir: Path, schedule: str, kill_at: list[int], *sets: str) -> Killer:
     cfg = micro("backend=local", f"steps={STEPS}", f"schedule.name={schedule}", "schedule.k=2",
                 "checkpoint_every=100", "eval.every=5", *sets)
     killer = Killer(run_dir, kill_at)
+    publish = ProcessBackend.publish
+
+    def held(backend, state_dict, version):
+        killer.hold(version)
+        publish(backend, state_dict, version)
+
+    monkeypatch.setattr(ProcessBackend, "publish", held)
     killer.start()
     try:
         train(cfg, run_dir, show_progress=False)
@@ -79,10 +101,10 @@ def _run(run_dir: Path, schedule: str, kill_at: list[int], *sets: str) -> Killer
 
 
 @pytest.mark.parametrize("schedule", ["ppo_off_policy", "pipeline_rl"])
-def test_generator_killed_at_random_steps_is_replaced_and_nothing_is_lost(tmp_path, schedule):
+def test_generator_killed_at_random_steps_is_replaced_and_nothing_is_lost(tmp_path, monkeypatch, schedule):
     kill_at = sorted(random.Random(schedule).sample(range(0, STEPS - 3), 3))  # step 0: before the first batch
-    _run(tmp_path / "ref", schedule, [])
-    killer = _run(tmp_path / "chaos", schedule, kill_at)
+    _run(monkeypatch, tmp_path / "ref", schedule, [])
+    killer = _run(monkeypatch, tmp_path / "chaos", schedule, kill_at)
     assert killer.killed == kill_at  # every kill happened, while the run was still going
 
     lines = train_lines(tmp_path / "chaos")
@@ -105,10 +127,10 @@ def _computed(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(CLOCKED)} for r in rows]
 
 
-def test_a_generator_that_keeps_dying_stops_the_run_with_a_checkpoint(tmp_path):
+def test_a_generator_that_keeps_dying_stops_the_run_with_a_checkpoint(tmp_path, monkeypatch):
     run_dir = tmp_path / "run"
     with pytest.raises(RunStopped) as err:
-        _run(run_dir, "ppo_off_policy", [2, 2, 2], "faults.max_generator_restarts=1")
+        _run(monkeypatch, run_dir, "ppo_off_policy", [2, 2, 2], "faults.max_generator_restarts=1")
     assert "died 2 times in a row" in str(err.value) and "\n" not in str(err.value)
     latest = (run_dir / "checkpoints" / "latest").read_text().strip()
     assert latest == f"step_{len(_consumed(run_dir)):07d}.pt"  # every trained step kept
