@@ -554,13 +554,19 @@ def run_part_here(name: str, out: Path, result: Path, limit_s: float, dry_run: b
 
 
 def run_part(name: str, limit_s: float, args: argparse.Namespace, log: Any) -> dict[str, Any]:
-    """Run one part in its own process group with a hard limit; its output goes to stdout and the log."""
-    result = Path(tempfile.mkdtemp(prefix=f"gpu_suite_{name}_")) / "part.json"
+    """Run one part in its own process group with a hard limit; its output goes to stdout and the log. Its
+    result file and (unless ``SCALERL_CACHE`` is set) its warm-up cache live in a scratch folder removed after."""
+    with tempfile.TemporaryDirectory(prefix=f"gpu_suite_{name}_") as scratch:
+        return _run_part(name, limit_s, args, log, Path(scratch))
+
+
+def _run_part(name: str, limit_s: float, args: argparse.Namespace, log: Any, scratch: Path) -> dict[str, Any]:
+    result = scratch / "part.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--part", name, "--out", str(args.out),
            "--result", str(result), "--limit-s", f"{limit_s:.1f}"] + (["--dry-run"] if args.dry_run else [])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    env.setdefault("SCALERL_CACHE", tempfile.mkdtemp(prefix="gpu_suite_cache_"))
+    env.setdefault("SCALERL_CACHE", str(scratch / "cache"))
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
