@@ -8,7 +8,10 @@ generation and training alternate. The meter counts the same way for every sched
   holds (the trainer's ranks and the backend's generators; ``devices`` in the config overrides it). The wall
   clock runs from the first training step to the last; evaluation and checkpoint pauses are left out, for every
   schedule and backend alike (the curves are training compute, and how often one evaluates is not part of a
-  recipe). Start-up (model build, warm-up, generator start) is not counted either.
+  recipe). No training work falls in that time: while the loop waits for an evaluation the generators are held
+  (``RunLoop.paused``: they start no batch, and a batch under way that the trainer needs next is waited for,
+  metered, before the pause), and a checkpoint's wait for the trainer's next batch is metered (the rest of it,
+  and the writing, is a pause). Start-up (model build, warm-up, generator start) is not counted either.
 * ``compute/flops``: 2·P FLOPs per token the generators processed (each group's prompt prefilled once, every
   completion token) for *every* generated group, including the groups the zero-variance filter later drops, and
   6·P per token the trainer trained on (forward + backward, kept sequences only). P = parameter count; the

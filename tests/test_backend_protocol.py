@@ -16,7 +16,8 @@ MEMBERS = [name for name in vars(Backend) if not name.startswith("_")] + list(Ba
 
 def test_the_protocol_names_what_the_driver_calls():
     assert sorted(set(MEMBERS)) == sorted(
-        ["devices", "concurrent", "submit", "publish", "next_batch", "put_ready", "ready_batches", "faults", "close"]
+        ["devices", "concurrent", "submit", "publish", "next_batch", "put_ready", "ready_batches", "faults", "hold",
+         "close"]
     )
 
 

@@ -50,6 +50,7 @@ class _Recorder:
         self.G, self.T = G, T
         self.gen: list[tuple[float, float, list[int]]] = []
         self.train: list[tuple[float, float, int]] = []
+        self.evals: list[tuple[float, float]] = []
 
 
 def _tiny_batch(index: int, problem_ids: list[str], seconds: float):
@@ -64,9 +65,11 @@ def _tiny_batch(index: int, problem_ids: list[str], seconds: float):
                         completion_lengths=torch.ones(n, dtype=torch.long), gen_seconds=seconds)
 
 
-def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Recorder, E: float, C: float) -> dict:
+def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Recorder, E: float, C: float,
+                  eval_every: int = 4) -> dict:
     """The real driver loop (``RunLoop``), the real local backend and schedule, with scripted generator and trainer
-    work: the generator runs in a thread instead of a process (same queues, same weight channel)."""
+    work: the generator runs in a thread instead of a process (same queues, same weight channel). The steps wait
+    for each evaluation (no stop rule, ``overlap`` off)."""
     from scalerl.algo.curriculum import CURRICULA
     from scalerl.config import load_config
     from scalerl.forecast import Forecaster
@@ -78,7 +81,7 @@ def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Record
     from scalerl.runlog import read_metrics
 
     cfg = load_config("scalerl", None, ["backend=local", f"schedule.name={schedule_name}", f"schedule.k={k}",
-                                        f"steps={steps}", "eval.every=4", "checkpoint_every=4", "batch.prompts=2"])
+                                        f"steps={steps}", f"eval.every={eval_every}", "checkpoint_every=4", "batch.prompts=2"])
     schedule = SCHEDULES.get(schedule_name)(k)
 
     class Worker:
@@ -111,14 +114,16 @@ def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Record
             pass
 
     class Loop(RunLoop):
-        def _checkpoint(self) -> None:
+        def _save(self, ready) -> None:
             time.sleep(C)
 
     class Evaluation:
         task = None
 
         def __call__(self, seed):
+            t0 = time.perf_counter()
             time.sleep(E)
+            rec.evals.append((t0, time.perf_counter()))
             return {"val/pass_rate": 0.5}
 
     ctx = SimpleNamespace(Queue=queue.Queue, Process=threading.Thread)  # the generator "process" as a thread
@@ -163,6 +168,26 @@ def test_pipeline_rl_costs_less_than_ppo_off_policy_from_wall_time_alone(tmp_pat
     assert any(g0 < t1 and t0 < g1 for g0, g1, _ in pipe.gen for t0, t1, _ in pipe.train)
     ratio = rows["ppo_off_policy"]["compute/device_hours"] / rows["pipeline_rl"]["compute/device_hours"]
     assert ratio > 1.4, ratio
+
+
+def test_no_generation_runs_while_the_trainer_waits_for_an_evaluation(tmp_path):
+    """App. A.3: compute is every device × the training wall clock, evaluation pauses left out. A generator that
+    kept working in a pause would do training work unmetered: a PipelineRL-4 run whose generation is the
+    bottleneck (0.1 s a batch, steps 0.02 s) found its next batches made during each 0.5 s pause and metered
+    0.35x as much when it evaluated every 2 steps as when it evaluated only at the ends. Held
+    (``Backend.hold``), no generation starts in a pause; a batch under way that the trainer waits for finishes
+    first (metered), and the two meter the same, within the scripted work's jitter."""
+    E, C = 0.5, 0.0
+    rows = {}
+    for every in (2, 100):
+        rec = _Recorder(G=0.1, T=0.02)
+        rows[every] = _scripted_run(tmp_path / str(every), "pipeline_rl", 4, 12, rec, E, C, eval_every=every)
+        assert len(rec.evals) == (7 if every == 2 else 2)
+        # 20 ms: a call that had passed the hold check just before the pause began
+        late = [(g0, e0) for g0, _, _ in rec.gen for e0, e1 in rec.evals if e0 + 0.02 < g0 < e1]
+        assert late == []
+    often, ends = rows[2]["compute/wall_s"], rows[100]["compute/wall_s"]
+    assert often == pytest.approx(ends, rel=0.15)
 
 
 @pytest.mark.parametrize("schedule", ["pipeline_rl", "ppo_off_policy"])

@@ -87,6 +87,24 @@ def test_pipeline_rl_on_two_actors(tmp_path, monkeypatch, ray_mod):
 
 
 @pytest.mark.ray
+def test_actors_are_held_while_the_trainer_waits_for_an_evaluation(tmp_path, monkeypatch, ray_session):
+    """Evaluations the steps wait for (``eval.overlap=false``) hold the actors (``RayBackend.hold``): each hold is
+    sent to every actor and released after, and the run goes on to its end with the schedule's bound."""
+    from scalerl.pipeline.ray_backend import RayBackend
+
+    holds = []
+    hold = RayBackend.hold
+    monkeypatch.setattr(RayBackend, "hold", lambda self, on: (holds.append(on), hold(self, on))[1])
+    _train_capturing_backend(monkeypatch, tmp_path, "schedule.name=pipeline_rl", "eval.every=2",
+                             "eval.overlap=false")
+    lines = train_lines(tmp_path)
+    assert [r["step"] for r in lines] == list(range(1, 7))
+    assert all(r["train/staleness_max"] <= 2 for r in lines)
+    assert [r["step"] for r in read_metrics(tmp_path) if "val/pass_rate" in r] == [0, 2, 4, 6]
+    assert holds == [True, False] * 4
+
+
+@pytest.mark.ray
 def test_ppo_off_policy_on_two_actors(tmp_path, monkeypatch, ray_session):
     backend = _train_capturing_backend(monkeypatch, tmp_path, "schedule.name=ppo_off_policy")
     assert ray_session.is_initialized()  # a session the backend did not start is left running

@@ -245,6 +245,18 @@ class ProcessBackend(ReadyBatches):
     def publish(self, state_dict: Any, version: int) -> None:
         self.channel.publish(state_dict, version)
 
+    def hold(self, on: bool) -> None:
+        """Held: the generator starts no new group. If the trainer's next batch has not arrived, this returns once
+        the group under way is done (or the generator has died: the next ``next_batch`` replaces it): without
+        the pause the trainer would have waited for it, metered. If it has arrived, the group under way finishes
+        in the pause, as it would have beside the trainer's next step."""
+        self.channel.hold(on)
+        if not on:
+            return
+        self._collect(timeout=0.0)
+        while self.next_index not in self.ready and self.channel.busy() and self.proc.is_alive():
+            time.sleep(0.001)
+
     def _collect(self, timeout: float) -> None:
         """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
         while (payload := self._receive(timeout)) is not None:

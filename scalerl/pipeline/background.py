@@ -48,6 +48,9 @@ class BackgroundCall:
         finally:
             self.seconds = time.perf_counter() - start
 
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
     def result(self) -> Any:
         self._thread.join()
         if self._error is not None:

@@ -65,6 +65,7 @@ class GeneratorActor:
         self.schedule = schedule
         self._turn = threading.Condition()
         self._next_ticket = 0
+        self._hold_seq = -1  # the newest hold message applied (threaded actors may run messages out of order)
 
     def ready(self) -> bool:
         return True
@@ -73,6 +74,13 @@ class GeneratorActor:
     def set_weights(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
         if version > self.channel.version():  # an older update delivered late must not roll weights back
             self.channel.publish(state_dict, version)
+
+    @ray.method(concurrency_group="weights")
+    def set_hold(self, seq: int, on: bool) -> None:
+        """The trainer's hold (``RayBackend.hold``), message ``seq``: an older one delivered late is ignored."""
+        if seq > self._hold_seq:
+            self._hold_seq = seq
+            self.channel.hold(on)
 
     @ray.method(concurrency_group="generate")
     def generate(self, ticket: int, requests: list[dict]) -> list[dict]:
@@ -128,6 +136,7 @@ class RayBackend(ReadyBatches):
         self._inflight: dict[Any, tuple[int, list[int]]] = {}  # result ref -> (actor rank, batch indices)
         self._tickets = [0] * cfg.ray.generators
         self._turn = 0
+        self._hold_seq = 0
         self.actors: list[Any] = []
         self._owns_ray = connect(cfg.ray)
         try:
@@ -189,6 +198,14 @@ class RayBackend(ReadyBatches):
         self._weights = (weights, version)
         for actor in self.actors:
             actor.set_weights.remote(weights, version)
+
+    def hold(self, on: bool) -> None:
+        """Every actor starts no new group while the trainer pauses (``WeightChannel.hold``); a group under way
+        finishes in the pause (the driver cannot see an actor's channel), and a replacement actor started
+        meanwhile is not held (it has the lost groups to make)."""
+        self._hold_seq += 1
+        for actor in self.actors:
+            actor.set_hold.remote(self._hold_seq, on)
 
     def _replace(self, rank: int, lost: list[int], exc: BaseException) -> None:
         """A new actor in place of dead actor ``rank`` (on the weights last published), asked again for the

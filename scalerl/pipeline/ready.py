@@ -40,6 +40,11 @@ class Backend(Protocol):
     def faults(self) -> dict[str, float]:
         """Fault counters for the metrics row (``faults/...``)."""
 
+    def hold(self, on: bool) -> None:
+        """The trainer pauses (``on``: an evaluation it waits for, not metered) or goes on: generators beside it
+        start no new batch while held. ``hold(True)`` may first wait for a batch under way (the local backend:
+        when it is the trainer's next one, which the trainer would have waited for, metered)."""
+
     def close(self) -> None:
         """Stop the generators and release what they hold."""
 
@@ -62,6 +67,9 @@ class ReadyBatches:
     def faults(self) -> dict[str, float]:
         """Fault counters for the metrics row (``faults/...``); none for a backend that replaces nothing."""
         return {}
+
+    def hold(self, on: bool) -> None:
+        """Nothing to hold where the generator runs only when the trainer asks for a batch."""
 
     def ready_batches(self) -> list[RolloutBatch]:
         self._collect(timeout=0.0)
@@ -112,11 +120,15 @@ def generate_on_schedule(
 ) -> list[RolloutBatch]:
     """One schedule group (``schedule.split``) from a generator running beside the trainer (local process or
     Ray actor): wait until ``channel`` holds the weights the schedule requires, load them, and generate,
-    taking newer weights between decode steps only when the schedule is in-flight (§3.1)."""
-    while channel.version() < schedule.min_version(group[0].index):
+    taking newer weights between decode steps only when the schedule is in-flight (§3.1). A group does not start
+    while the trainer holds the channel (a pause the compute meter leaves out), and is marked busy until done."""
+    while channel.version() < schedule.min_version(group[0].index) or not channel.start_group():
         time.sleep(0.001)
-    version, weights = channel.snapshot()
-    if version != worker.version:
-        worker.load(version, weights)
-    source = channel.poll if schedule.inflight else None
-    return worker.generate(group, weight_source=source)
+    try:
+        version, weights = channel.snapshot()
+        if version != worker.version:
+            worker.load(version, weights)
+        source = channel.poll if schedule.inflight else None
+        return worker.generate(group, weight_source=source)
+    finally:
+        channel.end_group()

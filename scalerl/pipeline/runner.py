@@ -25,9 +25,10 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -49,6 +50,7 @@ from scalerl.pipeline.schedules import Schedule
 from scalerl.pipeline.ranks import Solo, follow, is_follower, lead, setup_rank
 from scalerl.pipeline.state import RunState
 from scalerl.progress import RunDisplay
+from scalerl.rollout import RolloutBatch
 from scalerl.runcard import write_run_card
 from scalerl.tasks.base import Problem
 from scalerl.tasks.grading import FailureWarnings, check_gradable, failure_metrics
@@ -352,10 +354,10 @@ class RunLoop:
         """Evaluate the trainer's weights and refit the compute-reward curve on the result (§2.1, the live
         forecast). With :attr:`overlap` the evaluation runs on a copy of the weights beside the next steps and is
         logged, with the step, wall clock and compute it was started at, when :meth:`collect` finds it done;
-        otherwise the steps wait for it (its row: the wall clock after it). Waiting for an evaluation is a pause:
-        not metered as compute."""
+        otherwise the steps wait for it (its row: the wall clock after it). Waiting for an evaluation is a pause
+        (:meth:`paused`)."""
         self.collect()
-        with self.state.meter.paused():
+        with self.paused(hold=not self.overlap):  # overlapped: a pause of a few milliseconds, to copy the weights
             clock = Stopwatch().start()
             self.ranks.refresh(self.eval_model, self.model)
             seed = eval_seed(self.cfg.seed, self.state.step)
@@ -377,9 +379,24 @@ class RunLoop:
         if pending is None or (before_step is not None and pending.row["step"] >= before_step):
             return
         self.pending = None
-        with self.state.meter.paused():
+        with self.paused(hold=not pending.call.done()):
             res = pending.call.result()
         self._log_eval(pending.row, pending.device_hours, res, pending.refresh_seconds + pending.call.seconds)
+
+    @contextmanager
+    def paused(self, hold: bool = True) -> Iterator[None]:
+        """The trainer waits for an evaluation: not metered as compute. With ``hold`` the generators beside it
+        start no new batch meanwhile (``Backend.hold``, which first waits, metered, for a batch under way that the
+        trainer would otherwise have waited for), so no training work falls in time the meter leaves out (App.
+        A.3). A checkpoint's pause waits for the batches under way instead (:meth:`checkpoint`)."""
+        if hold:
+            self.backend.hold(True)
+        try:
+            with self.state.meter.paused():
+                yield
+        finally:
+            if hold:
+                self.backend.hold(False)
 
     def _log_eval(self, row: dict[str, Any], device_hours: float, res: dict[str, float], seconds: float) -> None:
         """Log an evaluation's row (``row``: the metrics row of the step it evaluated), refit the live forecast at
@@ -400,14 +417,16 @@ class RunLoop:
         self.display.eval(record, verdict.text)
 
     def checkpoint(self) -> None:
-        """Write this step's checkpoint, with the batches already generated for the pending requests. A pause:
-        not metered as compute."""
-        with self.state.meter.paused():
-            self._checkpoint()
-
-    def _checkpoint(self) -> None:
+        """Write this step's checkpoint, with the batches generated for the pending requests. Waiting for the batch
+        the trainer takes next is metered: without the checkpoint the trainer would have waited for it. Waiting
+        for the later ones (the trainer would have trained beside their generation) and writing are a pause."""
         self.collect(before_step=self.state.step)
-        ready = self.backend.settle(sorted(self.state.pending))
+        pending = sorted(self.state.pending)
+        self.backend.settle(pending[:1])
+        with self.state.meter.paused():
+            self._save(self.backend.settle(pending))
+
+    def _save(self, ready: list[RolloutBatch]) -> None:
         self.state.save(self.out, self.ranks.trainer_state(self.trainer), ready, self.cfg.model_dump(mode="json"))
 
     def row(self, *parts: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,12 @@ The trainer ``publish``es a state dict with its policy version; the generator ``
 steps and gets a consistent snapshot when a newer version exists. Across processes the tensors live in
 shared memory and a lock keeps a reader from seeing a half-copied update; in one process the same object
 works with a thread lock.
+
+The channel also carries the trainer's ``hold``: while the trainer pauses (an evaluation it waits for), which the
+compute meter leaves out, the generator starts no new group of batches (``pipeline/ready.py``), and ``busy``
+tells the trainer's backend whether one is under way (``ProcessBackend.hold``), so no training work is done in
+time the meter leaves out (App. A.3: compute is every device × the training wall clock). Both flags are plain
+shared bytes, no lock: a generator killed while reading or writing one leaves nothing held.
 """
 
 from __future__ import annotations
@@ -23,9 +29,12 @@ class WeightChannel:
                 t.share_memory_()
             self._version = ctx.Value("q", version, lock=False)
             self._lock = ctx.Lock()
+            self._held = ctx.Value("b", 0, lock=False)  # the trainer holds the generators
+            self._busy = ctx.Value("b", 0, lock=False)  # a generator has a group under way
         else:
             self._version = _Box(version)
             self._lock = threading.Lock()
+            self._held, self._busy = _Box(0), _Box(0)
 
     def renew_lock(self, ctx: mp.context.BaseContext) -> None:
         """A new lock, for the trainer's process to call when a generator process has died: one killed inside
@@ -36,6 +45,26 @@ class WeightChannel:
 
     def version(self) -> int:
         return int(self._version.value)
+
+    def hold(self, on: bool) -> None:
+        """The trainer pauses (``on``) or goes on: while held, :meth:`start_group` refuses."""
+        self._held.value = int(on)
+
+    def start_group(self) -> bool:
+        """A generator is about to start a group: marked busy, unless the trainer holds it (False). Busy is set
+        before held is read, and the trainer sets held before it reads busy, so one of the two sees the other."""
+        self._busy.value = 1
+        if self._held.value:
+            self._busy.value = 0
+            return False
+        return True
+
+    def end_group(self) -> None:
+        self._busy.value = 0
+
+    def busy(self) -> bool:
+        """Whether a generator has a group under way."""
+        return bool(self._busy.value)
 
     @torch.no_grad()
     def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
