@@ -81,7 +81,8 @@ def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Record
     from scalerl.runlog import read_metrics
 
     cfg = load_config("scalerl", None, ["backend=local", f"schedule.name={schedule_name}", f"schedule.k={k}",
-                                        f"steps={steps}", f"eval.every={eval_every}", "checkpoint_every=4", "batch.prompts=2"])
+                                        f"steps={steps}", f"eval.every={eval_every}", "checkpoint_every=4",
+                                        "batch.prompts=2"])
     schedule = SCHEDULES.get(schedule_name)(k)
 
     class Worker:

@@ -88,8 +88,8 @@ def test_pipeline_rl_on_two_actors(tmp_path, monkeypatch, ray_mod):
 
 @pytest.mark.ray
 def test_actors_are_held_while_the_trainer_waits_for_an_evaluation(tmp_path, monkeypatch, ray_session):
-    """Evaluations the steps wait for (``eval.overlap=false``) hold the actors (``RayBackend.hold``): each hold is
-    sent to every actor and released after, and the run goes on to its end with the schedule's bound."""
+    """Evaluations the steps wait for (``eval.overlap=false``) hold the actors (``RayBackend.hold``), released
+    after each, and the run goes on to its end with the schedule's bound (no actor is left held)."""
     from scalerl.pipeline.ray_backend import RayBackend
 
     holds = []
