@@ -163,11 +163,18 @@ def test_export_of_an_earlier_step_holds_that_steps_weights(run, tmp_path, capsy
 
 
 def test_example_script_generates_from_the_export(exported):
+    """The example samples at temperature 1, unseeded, as training did: the micro model's first token is end of
+    sequence in about 1% of samples (3 of 300 measured; an empty answer, which a fresh checkout's suite met), so
+    an empty answer is asked again, at most three times in all."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, str(ROOT / "examples" / "generate_from_export.py"), str(exported),
-                           "9+1+4="], capture_output=True, text=True, env=env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("9+1+4=") and len(done.stdout.strip()) > len("9+1+4=")
+    for _ in range(3):
+        done = subprocess.run([sys.executable, str(ROOT / "examples" / "generate_from_export.py"), str(exported),
+                               "9+1+4="], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.startswith("9+1+4=")
+        if len(done.stdout.strip()) > len("9+1+4="):
+            break
+    assert len(done.stdout.strip()) > len("9+1+4=")
 
 
 @pytest.mark.slow
