@@ -28,6 +28,7 @@ from scalerl.runlog import read_metrics
 from tests.test_pipeline import _consumed, micro, train_lines
 
 STEPS = 10
+PUBLISH = ProcessBackend.publish  # the real one: each run's hold wraps this, not the previous run's wrapper
 
 
 def _generator() -> mp.Process | None:
@@ -84,11 +85,10 @@ def _run(monkeypatch, run_dir: Path, schedule: str, kill_at: list[int], *sets: s
     cfg = micro("backend=local", f"steps={STEPS}", f"schedule.name={schedule}", "schedule.k=2",
                 "checkpoint_every=100", "eval.every=5", *sets)
     killer = Killer(run_dir, kill_at)
-    publish = ProcessBackend.publish
 
     def held(backend, state_dict, version):
         killer.hold(version)
-        publish(backend, state_dict, version)
+        PUBLISH(backend, state_dict, version)
 
     monkeypatch.setattr(ProcessBackend, "publish", held)
     killer.start()

@@ -8,6 +8,7 @@ ran on 2 threads in a fresh thread)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -37,10 +38,8 @@ class BackgroundCall:
         start = time.perf_counter()
         try:
             if self._nice and sys.platform.startswith("linux"):
-                try:
+                with contextlib.suppress(OSError):  # a sandbox that forbids it: the call runs at the process's
                     os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
-                except OSError:  # a sandbox that forbids it: the call runs at the process's priority
-                    pass
             torch.set_num_threads(self._threads)
             self._value = self._fn(*self._args)
         except BaseException as exc:  # handed to the caller by result()

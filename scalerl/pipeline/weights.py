@@ -52,7 +52,8 @@ class WeightChannel:
 
     def start_group(self) -> bool:
         """A generator is about to start a group: marked busy, unless the trainer holds it (False). Busy is set
-        before held is read, and the trainer sets held before it reads busy, so one of the two sees the other."""
+        before held is read and the trainer sets held before it reads busy, so one of the two sees the other
+        (plain bytes give no memory fence: at worst one group starts in a pause, the case without the hold)."""
         self._busy.value = 1
         if self._held.value:
             self._busy.value = 0
