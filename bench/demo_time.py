@@ -10,7 +10,8 @@ side's checks are seen on as many seeds as there are rounds. The sides run in in
 
 Per run: the wall seconds of the whole command, the warm-up's own seconds (its ``warm-up:`` line), the exit status
 (non-zero when a check failed), how many of the demo's checks passed, the fitted A, and the training compute the
-run metered (``compute/device_hours`` at its end: the curve's x-axis, which a speed-up should leave about alone).
+run metered (``compute/device_hours`` at its end: the curve's x-axis, which a speed-up should leave about alone),
+and the warm-up's skill as the run measured it at step 0 (``start``, ``start:<domain>``, ``start:tier/<tier>``).
 
     git archive c6a5b76 scalerl configs | tar -x -C /tmp/before
     python bench/demo_time.py /tmp/before --rounds 3
@@ -58,6 +59,18 @@ def metered_hours(run_dir: Path) -> dict[str, float]:
     return {"device_hours": max(hours)} if hours else {}
 
 
+def start_skill(run_dir: Path) -> dict[str, float]:
+    """The warm-up's skill as the run itself measured it: the pass rates of its first evaluation (step 0, before
+    any RL), overall and per domain and tier, as ``start`` and ``start:<domain or tier>``."""
+    from scalerl.runlog import read_metrics
+
+    first = next((r for r in read_metrics(run_dir) if "val/pass_rate" in r), None)
+    if first is None:
+        return {}
+    return {"start" + (":" + k[4:-10] if k != "val/pass_rate" else ""): v for k, v in first.items()
+            if k.startswith("val/") and k.endswith("/pass_rate")}
+
+
 def run_demo(tree: Path, seed: int, demo_args: list[str], threads: int) -> dict[str, float]:
     """One ``scalerl demo`` from ``tree`` with an empty warm-up cache; its figures (``parse_demo``) and seconds."""
     with tempfile.TemporaryDirectory(prefix="scalerl-demo-time-") as tmp:
@@ -69,11 +82,12 @@ def run_demo(tree: Path, seed: int, demo_args: list[str], threads: int) -> dict[
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd="/")
         seconds = time.perf_counter() - t0
         hours = metered_hours(Path(tmp) / "run")
+        skill = start_skill(Path(tmp) / "run")
     text = done.stdout + done.stderr
     if "check:" not in text:
         sys.exit(f"error: {tree}: the demo printed no checks (exit status {done.returncode}): "
                  f"{(text.strip().splitlines() or [''])[-1]}")
-    return {"seconds": seconds, "exit_status": float(done.returncode), **parse_demo(text), **hours}
+    return {"seconds": seconds, "exit_status": float(done.returncode), **parse_demo(text), **hours, **skill}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
 
     res = rounds.interleave({"baseline": side(args.baseline), "ours": side(args.ours)},
                             rounds=args.rounds, threads=args.threads)
-    keys = ("seconds", "warmup_s", "exit_status", "checks_passed", "checks_failed", "A", "device_hours")
+    keys = ["seconds", "warmup_s", "exit_status", "checks_passed", "checks_failed", "A", "device_hours"]
+    keys += sorted({k for r in res.runs for k in r.values if k.startswith("start")})
     print(f"\n`scalerl demo {args.demo_args}` from an empty cache, seeds {args.seed}..{args.seed + args.rounds - 1}")
     for name in ("baseline", "ours"):
         for r in res.side(name):

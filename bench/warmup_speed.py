@@ -9,7 +9,9 @@ task's validation set (the preset's evaluation, ``eval.n_prompts`` × ``eval.n_s
   tier/...   each tier's pass rate (the testbed: the taught tier near its ceiling, the untaught one near 0);
   <domain>   each domain's pass rate, for a task mixture (``--preset multitask``);
   habit      the habit RL removes (§ App. A.6; ``answer_slip`` of the testbed): among samples for taught problems
-             with a negative answer, the share that state the answer without its minus sign.
+             with a negative answer, the share that state the answer without its minus sign;
+  op/...     each operation's pass rate, for a task whose problems name one (the strings domain's rev, sort,
+             count; ``rev`` and ``sort`` carry that domain's habit, ``case_slip``, ``count`` none).
 
 Sides run in interleaved rounds (``bench/rounds.py``); round ``i`` uses model seed ``--seed + i - 1`` on every
 side, so the seed spread of each side's skill is over rounds and the time ratio is taken within a round.
@@ -22,6 +24,7 @@ side, so the seed spread of each side's skill is over rounds and the time ratio 
 from __future__ import annotations
 
 import argparse
+import collections
 import itertools
 import statistics
 import sys
@@ -38,6 +41,7 @@ from scalerl.evaluate import evaluate
 from scalerl.models.registry import prompt_encoder
 from scalerl.models.warmup import warmup
 from scalerl.tasks.answers import THINK_CLOSE
+from scalerl.tasks.grading import grade
 from scalerl.timing import Stopwatch
 
 Side = tuple[int, int, float, str]  # steps, batch size, lr, optimizer
@@ -64,6 +68,22 @@ def habit_rate(engine: Any, encode: Any, task: Any, n_samples: int, length: Any,
     return slips / max(total, 1)
 
 
+def op_rates(engine: Any, encode: Any, task: Any, n_samples: int, length: Any, seed: int) -> dict[str, float]:
+    """Pass rate per operation (``meta["op"]``: the strings task's ``rev``, ``sort``, ``count``) over the validation
+    problems that name one, as ``op/<name>``; empty for a task without operations."""
+    problems = [p for p in task.val_problems() if p.meta.get("op")]
+    if not problems:
+        return {}
+    groups = engine.generate([encode(p.prompt) for p in problems], n=n_samples, length=length, seed=seed)
+    right: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    for p, group in zip(problems, groups):
+        for s in group:
+            right[p.meta["op"]] += grade(task, p, s.text).correct
+            total[p.meta["op"]] += 1
+    return {f"op/{op}": right[op] / total[op] for op in sorted(total)}
+
+
 def run_side(cfg: Any, task: Any, side: Side, seed: int, skill_only: bool) -> dict[str, float]:
     """Warm a fresh model up with ``side`` and measure its time and skill on ``task``."""
     steps, batch, lr, optimizer = side
@@ -79,7 +99,8 @@ def run_side(cfg: Any, task: Any, side: Side, seed: int, skill_only: bool) -> di
     val = list(task.val_problems())[: cfg.eval.n_prompts or None]
     res = evaluate(engine, encode, task, val, cfg.eval.n_samples, length, seed=1000)
     out = {"seconds": seconds, "loss_last": stats["loss_last"], "pass": res["val/pass_rate"],
-           "habit": habit_rate(engine, encode, task, cfg.eval.n_samples, length, seed=2000)}
+           "habit": habit_rate(engine, encode, task, cfg.eval.n_samples, length, seed=2000),
+           **op_rates(engine, encode, task, cfg.eval.n_samples, length, seed=3000)}
     out.update({k.removeprefix("val/").removesuffix("/pass_rate"): v for k, v in res.items()
                 if k.startswith("val/") and k.endswith("/pass_rate") and k != "val/pass_rate"})  # tiers, domains
     if skill_only:

@@ -32,3 +32,14 @@ def test_metered_hours_is_the_largest_compute_the_run_logged(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     assert demo_time.metered_hours(tmp_path) == {"device_hours": 0.5}  # an evaluation logged late does not hide it
     assert demo_time.metered_hours(tmp_path / "none") == {}
+
+
+def test_start_skill_is_the_first_evaluation_before_any_rl(tmp_path):
+    rows = ['{"step": 1, "loss": 0.3}',
+            '{"step": 0, "val/pass_rate": 0.4, "val/arithmetic/pass_rate": 0.5, "val/strings/pass_rate": 0.3, '
+            '"val/arithmetic/tier/three_operands/pass_rate": 0.7, "val/n": 1024}',
+            '{"step": 5, "val/pass_rate": 0.6, "val/arithmetic/pass_rate": 0.7}']
+    (tmp_path / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    assert demo_time.start_skill(tmp_path) == {"start": 0.4, "start:arithmetic": 0.5, "start:strings": 0.3,
+                                               "start:arithmetic/tier/three_operands": 0.7}
+    assert demo_time.start_skill(tmp_path / "none") == {}
