@@ -176,3 +176,35 @@ def test_curves_never_imports_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def _saturating(B: float = 1.5, Cmid: float = 10.0, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A pass rate that runs towards 1: Eq. 1 with A just above 1, evaluation noise (sd 0.004), clipped at 1."""
+    x = np.concatenate([[0.0], np.linspace(1.0, 100.0, 40)])
+    y = sigmoid(x, 0.4, 1.02, B, Cmid) + np.random.default_rng(seed).normal(0, 0.004, x.size)
+    return x, np.clip(y, 0.0, 1.0)
+
+
+def test_a_curve_that_runs_into_a_perfect_score_has_its_interval_closed_by_the_bound(monkeypatch):
+    from scalerl.curves import fit as fit_module
+
+    x, y = _saturating()
+    res = fit_curve(x, y)
+    assert res.A == pytest.approx(1.0)  # here the best fit sits at the bound; the profile cannot close the top
+    assert res.A_ci_open == (False, False) and res.identified
+    assert res.A_ci[1] == 1.0 and 0.9 < res.A_ci[0] < y[-10:].mean()
+    assert not any("open at the top" in w for w in res.warnings)
+    monkeypatch.setattr(fit_module, "REACHED_NOISE", -100.0)  # the curve "far" from the bound: the top stays open
+    still = fit_curve(x, y)
+    assert still.A_ci_open[1] and not still.identified
+
+
+def test_a_fit_that_only_extrapolates_to_the_bound_keeps_its_top_open():
+    """A slower law stopped at 0.8, many noise sd below 1: its best fit puts A at 1 too, but that is an
+    extrapolation, and the interval's top stays open (not identified, and the user is told)."""
+    x, y = _saturating(B=0.8, Cmid=40.0)
+    keep = y <= 0.8
+    res = fit_curve(x[keep], y[keep])
+    assert keep.sum() > 30 and res.A == pytest.approx(1.0)
+    assert res.A_ci_open[1] and not res.identified
+    assert any("open at the top" in w for w in res.warnings)

@@ -33,6 +33,7 @@ FIT_METHODS.register("paper")(lambda p, grid, grids: paper.fit(p, *grids))
 FIT_METHODS.register("paper-data")(lambda p, grid, grids: paper.fit(p, *paper.data_grids(p)))
 GRID_METHODS = ("paper",)  # the methods that take --a-grid / --cmid-grid
 MODELS = ("sigmoid", "power")  # Eq. 1, or the power law of App. A.4
+REACHED_NOISE = 2.0  # a bounded curve has reached its bound (1) when its last quarter is this many RMSEs from it
 
 EARLY_FRACTION = 1500 / 16000  # App. A.7: the paper's fits start after ~1.5k of a 16k GPU-h run
 MIN_KEPT = 6  # the early-point exclusion never leaves fewer points than this in the window
@@ -541,7 +542,19 @@ def _interval_on_A(
         return (limits if p.bounded else (None, None)), (True, True), None
     iv = uncertainty.profile_interval(p, best, grid, level)
     lo, hi = (v if v is not None else (lim if p.bounded else None) for v, lim in zip((iv.lo, iv.hi), limits))
-    return (lo, hi), (iv.lo is None, iv.hi is None), {"kappa": iv.kappa, "phi": iv.phi, "dof": iv.dof}
+    hi_open = iv.hi is None and not (p.bounded and _reached_bound(p, best, limits[1]))
+    return (lo, hi), (iv.lo is None, hi_open), {"kappa": iv.kappa, "phi": iv.phi, "dof": iv.dof}
+
+
+def _reached_bound(p: vp.Problem, q: vp.Params, bound: float) -> bool:
+    """Whether a bounded fit's curve has run into its bound (a pass rate of 1): the window's last quarter (at least
+    3 evaluations) is within :data:`REACHED_NOISE` residual RMSEs of it. Then the data cannot exclude A at the
+    bound, and the bound closes the interval on A at the top (a perfect score cannot be passed); a curve whose fit
+    reaches the bound only by extrapolating from well below keeps its top open."""
+    resid = p.y - sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
+    rmse = float(np.sqrt(np.mean(resid**2)))
+    tail = p.y[-max(3, p.y.size // 4):]
+    return float(np.mean(tail)) + REACHED_NOISE * rmse >= bound
 
 
 def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, bool] = (False, False)) -> str:
