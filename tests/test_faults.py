@@ -217,3 +217,29 @@ def test_a_grader_failing_on_most_of_a_batch_stops_the_run_which_resumes_once_fi
     train(cfg, run_dir, resume=True, show_progress=False)  # the grader fixed
     assert _consumed(run_dir) == _consumed(tmp_path / "ref")
     assert [r["train/reward_mean"] for r in train_lines(run_dir)] == [r["train/reward_mean"] for r in train_lines(tmp_path / "ref")]
+
+
+def test_a_run_stopped_while_an_evaluation_runs_beside_it_still_keeps_its_checkpoint(tmp_path, monkeypatch):
+    """The stop's wait for the evaluation still running beside the steps must not hold (or read from) the dead
+    generator whose queues are already closed: it once raised ``ValueError: Queue ... is closed`` there, and the
+    stop's checkpoint was lost."""
+    build = runner.build_evaluation
+
+    class Slow:
+        def __init__(self, evaluation):
+            self.evaluation = evaluation
+
+        def __call__(self, seed):
+            time.sleep(3.0)  # still running when the generator has died for the last time
+            return self.evaluation(seed)
+
+        def __getattr__(self, name):
+            return getattr(self.evaluation, name)
+
+    monkeypatch.setattr(runner, "build_evaluation", lambda *a, **k: Slow(build(*a, **k)))
+    run_dir = tmp_path / "run"
+    with pytest.raises(RunStopped):
+        _run(monkeypatch, run_dir, "ppo_off_policy", [2, 2, 2], "faults.max_generator_restarts=1")
+    latest = (run_dir / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"step_{len(_consumed(run_dir)):07d}.pt"
+    assert [r["step"] for r in read_metrics(run_dir) if "val/pass_rate" in r] == [0]  # its evaluation logged

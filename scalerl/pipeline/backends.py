@@ -249,9 +249,10 @@ class ProcessBackend(ReadyBatches):
         """Held: the generator starts no new group. If the trainer's next batch has not arrived, this returns once
         the group under way is done (or the generator has died: the next ``next_batch`` replaces it): without
         the pause the trainer would have waited for it, metered. If it has arrived, the group under way finishes
-        in the pause, as it would have beside the trainer's next step."""
+        in the pause, as it would have beside the trainer's next step. A dead generator makes nothing to hold
+        (nor, after its last replacement failed, any queue to read: a run stopping then waits for its evaluation)."""
         self.channel.hold(on)
-        if not on:
+        if not on or not self.proc.is_alive():
             return
         self._collect(timeout=0.0)
         while self.next_index not in self.ready and self.channel.busy() and self.proc.is_alive():
