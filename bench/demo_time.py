@@ -67,8 +67,9 @@ def start_skill(run_dir: Path) -> dict[str, float]:
     first = next((r for r in read_metrics(run_dir) if "val/pass_rate" in r), None)
     if first is None:
         return {}
-    return {"start" + (":" + k[4:-10] if k != "val/pass_rate" else ""): v for k, v in first.items()
-            if k.startswith("val/") and k.endswith("/pass_rate")}
+    names = {k: k.removeprefix("val/").removesuffix("/pass_rate") for k in first
+             if k.startswith("val/") and k.endswith("/pass_rate")}
+    return {"start" if k == "val/pass_rate" else f"start:{name}": first[k] for k, name in names.items()}
 
 
 def run_demo(tree: Path, seed: int, demo_args: list[str], threads: int) -> dict[str, float]:
