@@ -19,6 +19,7 @@ The program is taken from the text after the last ``</think>`` (``scalerl.tasks.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import errno
 import functools
@@ -74,9 +75,9 @@ def parse_tests(value: Any, entry_point: str | None, source: str, index: int) ->
             pass  # test code that happens to start with a bracket
     if isinstance(value, str) and value.strip():
         call = f"\ncheck({entry_point})\n" if entry_point and "def check(" in value else "\n"
-        return {"kind": "script", "source": value + call}
+        return {"kind": "script", "source": _runs_a_check(value + call, where)}
     if isinstance(value, list) and value and all(isinstance(t, str) for t in value):
-        return {"kind": "script", "source": "\n".join(value) + "\n"}
+        return {"kind": "script", "source": _runs_a_check("\n".join(value) + "\n", where)}
     if isinstance(value, list) and value and all(isinstance(t, dict) and {"input", "output"} <= t.keys() for t in value):
         return {"kind": "stdio", "cases": [[_text(t["input"]), _text(t["output"])] for t in value]}
     if isinstance(value, dict) and {"inputs", "outputs"} <= value.keys():
@@ -92,6 +93,25 @@ def parse_tests(value: Any, entry_point: str | None, source: str, index: int) ->
         f"{where}: tests must be a non-empty list of assert statements, a string of test code, a list of "
         "{input, output} cases, or {inputs: [...], outputs: [...]} of equal length"
     )
+
+
+def _runs_a_check(source: str, where: str) -> str:
+    """``source`` when its top level runs something that can fail (an assert, a call, a raise); a UserError
+    otherwise. Test code that only defines functions (HumanEval's ``def check(candidate)`` without an
+    ``entry_point`` to call it with, pytest-style ``def test_…``) never runs a check: every program, however
+    wrong, would pass it."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source  # broken tests fail every program in the sandbox: no pass to forge
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Import, ast.ImportFrom)):
+            continue
+        if any(isinstance(sub, (ast.Assert, ast.Call, ast.Raise)) for sub in ast.walk(node)):
+            return source
+    hint = " (it defines check(); give the record an entry_point to call it with)" if "def check(" in source else ""
+    raise UserError(f"{where}: the test code never runs a check at its top level (no assert, call or raise){hint}; "
+                    "every program would pass it")
 
 
 def _text(value: Any) -> str:

@@ -7,11 +7,15 @@ found in a completion is documented in ``scalerl.tasks.answers``.
 
 ``math_verify`` and ``reasoning_gym`` are optional (extra ``math``) and imported only when a task needs them.
 Math-Verify bounds its work with ``signal.alarm``, which only works in the main thread: ``answers_match`` uses
-a 5 s timeout there and none in other threads (where a pathological expression could take long).
+its 5 s timeout there, and from any other thread (the evaluation beside the steps) runs it in a worker process's
+main thread, killed after :data:`scalerl.tasks.isolated.SCORER_TIMEOUT_S` (a candidate such as ``10^{10^{10}}``
+would otherwise hold the interpreter lock for good). reasoning-gym's ``score_answer`` always runs in such a worker:
+no signal interrupts ``9**9**9**9``.
 """
 
 from __future__ import annotations
 
+import ast
 import functools
 import threading
 from typing import Any, Literal
@@ -23,11 +27,14 @@ from scalerl.tasks.answers import after_thinking, extract_answer, extract_boxed,
 from scalerl.tasks.base import Problem
 from scalerl.tasks.files import StaticTask, field_of, file_problems, format_prompt, record_id, resolve_template
 from scalerl.tasks.files import validate_params
+from scalerl.tasks.grading import GradingFailed
+from scalerl.tasks.isolated import Isolated
 from scalerl.tasks.registry import TASKS
 
 QUESTION_FIELDS = ("question", "problem", "prompt")
 ANSWER_FIELDS = ("answer", "final_answer", "solution")
 VERIFY_TIMEOUT_S = 5
+_ISOLATED = Isolated()  # Math-Verify off the main thread (answers_match)
 
 
 class MathParams(BaseModel):
@@ -100,13 +107,19 @@ def answers_match(gold: str, candidate: str) -> bool:
     if _normal(gold) == _normal(candidate):
         return True
     require("math_verify")
+    if threading.current_thread() is not threading.main_thread():  # no alarm here: in the worker's main thread
+        return bool(_ISOLATED("scalerl.tasks.math", "verify_answers", gold, candidate))
+    return verify_answers(gold, candidate)
+
+
+def verify_answers(gold: str, candidate: str) -> bool:
+    """``verify(parse(gold), parse(candidate))`` with Math-Verify's :data:`VERIFY_TIMEOUT_S` (main thread only)."""
     from math_verify import verify
 
-    timeout = VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
-    gold_parsed, candidate_parsed = _parse(gold, timeout), _parse(candidate, timeout)
+    gold_parsed, candidate_parsed = _parse(gold, VERIFY_TIMEOUT_S), _parse(candidate, VERIFY_TIMEOUT_S)
     if not gold_parsed or not candidate_parsed:
         return False
-    return bool(verify(list(gold_parsed), list(candidate_parsed), timeout_seconds=timeout))
+    return bool(verify(list(gold_parsed), list(candidate_parsed), timeout_seconds=VERIFY_TIMEOUT_S))
 
 
 def grade_math(gold: str, completion: str) -> bool:
@@ -128,15 +141,102 @@ def _file_problem(template: str, record: dict[str, Any], source: str, index: int
 # --------------------------------------------------------------------------------------------- reasoning-gym
 
 
+# What a candidate answer may call when a scorer evaluates it as code: math functions only. Several reasoning-gym
+# scorers evaluate the model's text: ``eval(answer)`` (n_queens, spiral_matrix, binary_matrix, string_insertion)
+# or sympy's ``parse_expr`` (countdown, puzzle24, the integration and polynomial tasks), which is ``eval`` too.
+# Without a guard, an answer such as ``__import__('numpy').__setattr__('isclose', …) or 1+2`` runs in the
+# trainer's process and rewrites the scorer itself: that answer, and every later one, scores 1.
+SAFE_CALLS = frozenset({
+    "sin", "cos", "tan", "cot", "sec", "csc", "asin", "acos", "atan", "atan2", "acot", "asec", "acsc",
+    "sinh", "cosh", "tanh", "coth", "sech", "csch", "asinh", "acosh", "atanh", "acoth",
+    "exp", "log", "ln", "sqrt", "cbrt", "root", "Abs", "abs", "sign", "floor", "ceiling", "factorial", "binomial",
+    "gamma", "erf", "Integral", "Derivative", "Max", "Min", "max", "min", "Mod", "gcd", "lcm", "re", "im",
+    "conjugate", "arg", "Rational", "Integer", "Float", "Symbol", "Lambda", "Function",
+})
+_UNSAFE_NODES = (ast.NamedExpr, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+                 ast.GeneratorExp, ast.JoinedStr, ast.Await, ast.Yield, ast.YieldFrom)
+
+
+def _calls_only_math(code: str) -> bool:
+    """True when ``code`` is not a Python expression (evaluating it fails before anything runs), or is one
+    whose every call is a math function by name (``Function('f')(x)``, sympy's undefined function, included),
+    calls no attribute, defines no function, binds no name, names no dunder and formats no f-string. Reading an
+    attribute is left alone (prose such as "Mr. Smith" parses as one)."""
+    return all(_calls_only_math_in(variant) for variant in {code, code.lstrip(" \t"), code.strip()})
+
+
+def _calls_only_math_in(code: str) -> bool:
+    try:  # eval() drops leading spaces and tabs that ast.parse refuses: the caller tries both
+        tree = ast.parse(code, mode="eval")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, _UNSAFE_NODES):
+            return False
+        if (isinstance(node, ast.Name) and "__" in node.id) or (isinstance(node, ast.Attribute) and "__" in node.attr):
+            return False
+        if isinstance(node, ast.Call):
+            func = node.func
+            if isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "Function":
+                continue  # sympy's undefined function applied: Function('f')(x)
+            if not (isinstance(func, ast.Name) and func.id in SAFE_CALLS):
+                return False
+    return True
+
+
+@functools.lru_cache(maxsize=1)
+def _sympy_parsing() -> tuple[Any, dict[str, Any], tuple[Any, ...]] | None:
+    """sympy's ``stringify_expr``, the global names ``parse_expr`` evaluates with, and its transformation sets
+    (standard with ``^`` as power, as ``sympify`` does, and all of them); None without sympy."""
+    try:
+        import builtins
+        import types
+
+        from sympy import Max, Min
+        from sympy.parsing import sympy_parser
+    except ImportError:
+        return None
+    names: dict[str, Any] = {}
+    exec("from sympy import *", names)  # what parse_expr does when no global_dict is given
+    names.update({k: v for k, v in vars(builtins).items() if isinstance(v, types.BuiltinFunctionType)})
+    names.update(max=Max, min=Min)
+    sets = (sympy_parser.standard_transformations + (sympy_parser.convert_xor,), tuple(sympy_parser.T))
+    return sympy_parser.stringify_expr, names, sets
+
+
+def may_run_code(text: str) -> bool:
+    """True when evaluating ``text`` as Python (``eval``) or as sympy input (``parse_expr`` / ``sympify``) could
+    call anything but a math function: such a candidate is never handed to a scorer. Prose, numbers, lists,
+    JSON and math expressions (``-x*asin(2*x) - sqrt(1 - 4*x**2)/2 + C``) are not code in this sense."""
+    if not _calls_only_math(text):
+        return True
+    parsing = _sympy_parsing()
+    if parsing is None:
+        return False
+    stringify, names, transformation_sets = parsing
+    for transformations in transformation_sets:
+        try:
+            code = stringify(text, {}, dict(names), transformations)
+        except Exception:  # noqa: BLE001 - sympy cannot read it: parse_expr raises before evaluating anything
+            continue
+        if not _calls_only_math(code):
+            return True
+    return False
+
+
 class ReasoningGymGrader:
     """Grades with the generator's own ``score_answer``; correct iff the score is 1.
 
     The candidate is the marked answer (``\\boxed{}``, ``<answer>`` tags, "the answer is …"), or, when nothing is
-    marked, the whole answer text or its last number (reasoning-gym answers are not always numbers)."""
+    marked, the whole answer text or its last number (reasoning-gym answers are not always numbers). A candidate
+    that would run code if a scorer evaluated it (``may_run_code``) is not scored: it is incorrect. The scorer
+    runs in a worker process with a time limit (:mod:`scalerl.tasks.isolated`): a candidate it raises on is wrong,
+    one it does not finish within the limit is a grader failure (no verdict, graded incorrect)."""
 
-    def __init__(self, dataset: Any, entries: dict[str, dict[str, Any]]) -> None:
-        self.dataset = dataset
+    def __init__(self, entries: dict[str, dict[str, Any]], spec: tuple[str, int, int, dict[str, Any]]) -> None:
         self.entries = entries
+        self.spec = spec  # (generator, size, seed, config): the worker process builds the same dataset
+        self._isolated = Isolated()
 
     def __call__(self, problem: Problem, completion: str) -> bool:
         text = after_thinking(completion).strip()
@@ -144,14 +244,29 @@ class ReasoningGymGrader:
         candidates = [marked] if marked is not None else [text, last_number(text)]
         entry = self.entries[problem.id]
         for candidate in candidates:
-            if not candidate:
+            if not candidate or may_run_code(candidate):
                 continue
             try:
-                if self.dataset.score_answer(answer=candidate, entry=entry) >= 1.0:
+                if self._isolated("scalerl.tasks.math", "reasoning_gym_score", *self.spec, entry, candidate) >= 1.0:
                     return True
-            except Exception:  # a third-party scorer must not crash training on odd model text
-                continue
+            except GradingFailed as exc:
+                if exc.kind != "error":  # it hung or its worker died: no verdict (a grader failure)
+                    raise
+                continue  # the scorer raised on odd model text: that candidate is wrong
         return False
+
+
+_DATASETS: dict[str, Any] = {}  # in the scorer's worker process: the reasoning-gym datasets built so far
+
+
+def reasoning_gym_score(dataset: str, size: int, seed: int, config: dict[str, Any], entry: dict[str, Any],
+                        answer: str) -> float:
+    """``score_answer`` of generator ``dataset`` (built as :func:`reasoning_gym_task` builds it, once per worker)
+    for ``answer`` on ``entry``; run in :class:`~scalerl.tasks.isolated.Isolated`'s worker process."""
+    key = repr((dataset, size, seed, sorted(config.items())))
+    if key not in _DATASETS:
+        _DATASETS[key] = require("reasoning_gym").create_dataset(dataset, size=size, seed=seed, **config)
+    return float(_DATASETS[key].score_answer(answer=answer, entry=entry))
 
 
 def reasoning_gym_task(
@@ -175,7 +290,7 @@ def reasoning_gym_task(
     held_out = {items[i]["question"] for i in range(n_val)}
     train = [p for p, e in zip(problems[n_val:], items[n_val:]) if e["question"] not in held_out]
     entries = {p.id: e for p, e in zip(problems, items)}
-    return StaticTask(name, train, val, ReasoningGymGrader(data, entries))
+    return StaticTask(name, train, val, ReasoningGymGrader(entries, (dataset, n_train + n_val, seed, dict(config))))
 
 
 # ------------------------------------------------------------------------------------------------ factories

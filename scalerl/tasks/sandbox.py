@@ -303,7 +303,9 @@ def _verdict(
         reason = f"wall-clock timeout after {limits.wall:g} s"
     elif status is None and launcher_rc < 0:  # killed from outside (the code cannot reach its launcher)
         reason = f"{LAUNCHER_KILLED} by signal {_signal_name(-launcher_rc)} before it reported; no verdict"
-    elif status is None or (code == SETUP_FAILED and _last_line(stderr).startswith(SETUP_FAILED_REASON)):
+    elif status is None or (code == SETUP_FAILED and status.get("setup_failed")):
+        # only the launcher's word counts (its worker failed before the exec); the code exiting 125 after
+        # printing the same line is the code's own failure, a verdict
         reason = f"{SETUP_FAILED_REASON} (launcher exit status {launcher_rc}): {_last_line(stderr)}"
     elif code == 0 and completed:
         reason = "passed"

@@ -386,16 +386,26 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
         layers.append("audit_hook")
     source = cfg.pop("child_source")  # handed over by the host: the child finds nothing of scalerl by path
     payload_r, payload_w = os.pipe()
+    # the worker's setup reports a failure here; the descriptor closes at its exec (os.pipe's ends are not
+    # inheritable), so the code, which runs after the exec, cannot claim a setup failure of its own making
+    setup_r, setup_w = os.pipe()
     worker = os.fork()
     if worker == 0:
         try:
             os.close(status_fd)
             os.close(payload_w)
+            os.close(setup_r)
             _start_worker(cfg, uid, libc, payload_r)
         except BaseException as exc:  # noqa: BLE001 - report any setup failure and never fall through
-            os.write(2, f"{SETUP_FAILED_REASON}: {type(exc).__name__}: {exc}\n".encode())
+            line = f"{SETUP_FAILED_REASON}: {type(exc).__name__}: {exc}\n".encode()
+            os.write(2, line)
+            try:
+                os.write(setup_w, line[:512])
+            except OSError:
+                pass
         os._exit(SETUP_FAILED)
     os.close(payload_r)
+    os.close(setup_w)
     try:
         with os.fdopen(payload_w, "wb") as fh:
             fh.write(marshal.dumps({"cfg": cfg, "nonce": nonce, "source": source}))
@@ -403,8 +413,14 @@ def _launcher(cfg_fd: int, status_fd: int) -> int:
         pass  # the worker failed before reading: its exit status tells
     del nonce
     _, status, usage = os.wait4(worker, 0)
+    os.set_blocking(setup_r, False)
+    try:
+        setup_failed = bool(os.read(setup_r, 512))
+    except OSError:  # nothing written: the worker reached its exec
+        setup_failed = False
+    os.close(setup_r)
     report = {"exit": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime, "layers": layers,
-              "uid": uid}
+              "uid": uid, "setup_failed": setup_failed}
     os.write(status_fd, marshal.dumps(report))
     return 0
 
