@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from scalerl.atomic import _umask
+from scalerl.atomic import _umask, owner, remove_orphans
 from scalerl.errors import UserError, check_writable_dir
 from scalerl.runs import EXPORT_INFO, Source, load_policy
 
@@ -81,7 +81,8 @@ def write_export(source: Source, step: int, out: Path) -> Path:
     if bundle.hf_export is None:
         raise UserError(f"model {source.cfg.model.name!r} has no Hugging Face export; nothing was written")
     anchor = next(p for p in [out.parent, *out.parent.parents] if p.exists())  # same file system as ``out``
-    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".export", dir=anchor))
+    remove_orphans(anchor, f".{out.name}.")  # the staging folder of an export of the same name that was killed
+    staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.{owner()}.", suffix=".export", dir=anchor))
     try:
         hf_logging.disable_progress_bar()  # no "Writing model shards" bar in the user's output
         bundle.hf_export.save(bundle.model, staged)

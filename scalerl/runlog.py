@@ -58,21 +58,34 @@ class RunLog:
         if self.writer is not None:
             self.writer.close()
 
-    def truncate(self, last_step: int) -> None:
-        """Drop metric and consumed lines of steps after ``last_step`` (and a trailing partial line)."""
+    def truncate(self, last_step: int, evals: int | None = None) -> list[int]:
+        """Drop metric and consumed lines of steps after ``last_step`` (and a trailing partial line). With
+        ``evals`` (the evaluations the checkpoint's live forecast holds), keep only the first ``evals`` evaluation
+        lines: one logged after the checkpoint was written (an evaluation of the checkpoint's own step, running
+        beside the steps, is logged after it) is not in the checkpoint's forecast, so the resumed run evaluates
+        there again instead of skipping a step it has a line for. Returns the steps of the evaluation lines
+        dropped for that (at most ``last_step``)."""
+        dropped: list[int] = []
         for name in (METRICS, CONSUMED):
             path = self.dir / name
             if not path.exists():
                 continue
-            kept = []
+            kept, seen = [], 0
             for line in path.read_text().splitlines():
                 try:
                     rec = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if int(rec.get("step", 0)) <= last_step:
-                    kept.append(line)
+                if not isinstance(rec, dict) or int(rec.get("step", 0)) > last_step:
+                    continue
+                if "val/pass_rate" in rec:  # an evaluation line (runner: the loop's evaluations)
+                    seen += 1
+                    if evals is not None and seen > evals:
+                        dropped.append(int(rec.get("step", 0)))
+                        continue
+                kept.append(line)
             write_text(path, "".join(line + "\n" for line in kept))
+        return dropped
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -104,6 +117,9 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
     try:
         with atomic_path(path) as tmp:
             torch.save(payload, tmp)
+        # the pointer too: a disk too full for these few bytes is the same one line, ``latest`` still naming the
+        # checkpoint before (the new file is complete; --resume takes ``latest``'s)
+        write_text(pointer, path.name + "\n")
     except (OSError, RuntimeError) as exc:
         reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         last = pointer.read_text().strip() if pointer.is_file() else None
@@ -113,7 +129,6 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
             + (f"the last checkpoint, {last}, is intact: free some space and --resume" if last
                else "no checkpoint was written yet")
         ) from exc
-    write_text(pointer, path.name + "\n")
     for old in sorted(ckpt_dir.glob("step_*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)
     return path

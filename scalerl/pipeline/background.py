@@ -4,11 +4,18 @@
 evaluation would then hang until the evaluation ended. This thread is a daemon; ``result()`` re-raises what the
 call raised, in the caller's thread. The thread uses the caller's number of torch threads: OpenMP keeps that
 setting per thread, and a new thread would otherwise take every core (measured: a 1-thread caller's matmul
-ran on 2 threads in a fresh thread)."""
+ran on 2 threads in a fresh thread).
+
+A call still running when the interpreter exits (Ctrl-C or an error during an evaluation beside the steps) is
+stopped first, at its next Python line, by an exit hook: left running, the thread woke inside a torch operator while
+the interpreter was finalizing and the process died of SIGABRT ("terminate called without an active exception")
+instead of exiting with its code (130 for Ctrl-C)."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import ctypes
 import os
 import sys
 import threading
@@ -16,6 +23,10 @@ import time
 from typing import Any, Callable
 
 import torch
+
+EXIT_WAIT_S = 5.0  # at interpreter exit, how long to wait for a running call to stop at its next Python line
+_RUNNING: set["BackgroundCall"] = set()
+_RUNNING_LOCK = threading.Lock()
 
 
 class BackgroundCall:
@@ -32,6 +43,8 @@ class BackgroundCall:
         self._threads = torch.get_num_threads()
         self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        with _RUNNING_LOCK:
+            _RUNNING.add(self)
         self._thread.start()
 
     def _run(self) -> None:
@@ -46,6 +59,8 @@ class BackgroundCall:
             self._error = exc
         finally:
             self.seconds = time.perf_counter() - start
+            with _RUNNING_LOCK:
+                _RUNNING.discard(self)
 
     def done(self) -> bool:
         return not self._thread.is_alive()
@@ -55,3 +70,21 @@ class BackgroundCall:
         if self._error is not None:
             raise self._error
         return self._value
+
+    def _stop(self, timeout: float) -> None:
+        """Raise ``SystemExit`` in the call's thread (at its next Python line) and wait up to ``timeout`` seconds
+        for it to end; for the exit hook only."""
+        ident = self._thread.ident
+        if ident is None or not self._thread.is_alive():
+            return
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(SystemExit))
+        self._thread.join(timeout)
+
+
+@atexit.register
+def _stop_running_calls() -> None:
+    """Stop every call still running before the interpreter finalizes (see the module's docstring)."""
+    with _RUNNING_LOCK:
+        running = list(_RUNNING)
+    for call in running:
+        call._stop(EXIT_WAIT_S)

@@ -193,8 +193,10 @@ def _run(
     if ckpt is not None:
         state.load(ckpt)
     log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=state.step + 1 if resume else None)
-    if resume:
-        log.truncate(state.step if ckpt is not None else -1)
+    unlogged: list[int] = []  # evaluations logged after the checkpoint was written: not in its live forecast
+    if resume:  # the lines the checkpoint knows: its steps, and the evaluations its live forecast holds
+        unlogged = log.truncate(state.step if ckpt is not None else -1,
+                                evals=len(state.forecaster.x) if ckpt is not None else 0)
 
     backend = make_backend(cfg, schedule, ranks.weights(model), trainer.version, task=task, threads=gen_threads)
     write_text(out / "config.yaml", to_yaml(cfg))  # only once everything has started: no half-made run dir
@@ -206,7 +208,7 @@ def _run(
                    RunDisplay(cfg, enabled=show_progress), progress, stop_rule=stop_rule, overlap=overlap)
     try:
         with loop.display:
-            loop.run(warm_stats, fresh=ckpt is None)
+            loop.run(warm_stats, fresh=ckpt is None, evaluate_first=ckpt is not None and state.step in unlogged)
     finally:
         backend.close()
         log.close()
@@ -264,10 +266,12 @@ class RunLoop:
                 and (cfg.max_minutes is None or state.wall() < cfg.max_minutes * 60)
                 and (cfg.max_device_hours is None or state.meter.device_hours < cfg.max_device_hours))
 
-    def run(self, warm_stats: dict[str, Any], fresh: bool) -> None:
+    def run(self, warm_stats: dict[str, Any], fresh: bool, evaluate_first: bool = False) -> None:
         """Steps until a budget ends the run (:meth:`within_budget`); evaluates at step 0 (R0, the reward at zero
         training compute), every ``eval.every`` steps and at the end; checkpoints every ``checkpoint_every`` steps
-        and at the end, so that a run stopped at a compute budget resumes from where it stopped."""
+        and at the end, so that a run stopped at a compute budget resumes from where it stopped. With
+        ``evaluate_first`` (resumed: the run had evaluated its checkpoint's step after writing the checkpoint) it
+        evaluates that step again first."""
         cfg, state = self.cfg, self.state
         # a resumed run that already evaluated at its checkpoint step must not evaluate there again; one whose
         # evaluation there was still running beside the steps when it stopped evaluates it now
@@ -275,7 +279,8 @@ class RunLoop:
         last_ckpt_step = state.step  # fresh: nothing trained yet; resumed: its checkpoint's step
         state.start_clock()
         self.display.start(state.step, warm_stats)
-        if (state.step == 0 and fresh) or (state.step % cfg.eval.every == 0 and last_eval_step < state.step):
+        if (state.step == 0 and fresh) or (last_eval_step < state.step
+                                           and (state.step % cfg.eval.every == 0 or evaluate_first)):
             self.evaluate()
             last_eval_step = state.step
         state.meter.start()  # compute: every device held x this wall clock, less the pauses below
