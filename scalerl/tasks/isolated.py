@@ -47,6 +47,12 @@ class Isolated:
         self._pid = os.getpid()
         _LIVE.add(self)
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - at interpreter exit, modules may be gone already
+            pass
+
     def __getstate__(self) -> dict[str, Any]:
         return {"timeout_s": self.timeout_s}
 
