@@ -66,8 +66,25 @@ def fail(message: str, code: int = UserError.exit_code) -> NoReturn:
     sys.exit(code)
 
 
+def empty_argument(argv: list[str]) -> str | None:
+    """The first empty value on the command line (``--out ""``, ``--out=``, ``fit ""``), named for the error
+    message, or None. No option or argument takes an empty value: a path would become the current directory
+    (``Path("")`` is ``.``), and a run would be written there."""
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if not arg.strip():
+            return f"argument {i + 1}" + (f" (after {argv[i - 1]})" if i else "")
+        if arg.startswith("--") and "=" in arg and not arg.split("=", 1)[1].strip():
+            return f"the value of {arg.split('=', 1)[0]}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app and turns user mistakes into one line on stderr and exit code 2."""
+    empty = empty_argument(sys.argv[1:] if argv is None else [str(a) for a in argv])
+    if empty is not None:
+        fail(f"error: {empty} is empty; give a value (see 'scalerl --help')")
     try:
         result = app(args=argv, standalone_mode=False, prog_name="scalerl")
     except UserError as exc:

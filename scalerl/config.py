@@ -12,6 +12,7 @@ nothing and imports no torch. The trainer never sees a recipe name.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -24,6 +25,10 @@ from scalerl import schema
 from scalerl.errors import UserError, read_user_text
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
+
+
+# a seed: numpy's global seeding (``np.random.seed``) and ``default_rng`` take 0 <= seed < 2**32
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
 class Strict(BaseModel):
@@ -52,6 +57,8 @@ class Entry(Strict):
     def _typed(cls, data: Any) -> Any:
         if isinstance(data, dict):
             name = data.get("name", cls.model_fields["name"].default)
+            if not isinstance(name, str):
+                raise ValueError(f"name must be a string naming a {cls.kind}, got {name!r}")
             data = {**data, "params": schema.typed_params(cls.kind, name, data.get("params"), cls.where)}
         return data
 
@@ -75,7 +82,7 @@ class ModelConfig(Strict):
     system: str | None = None
     # the base model's seed (its initial weights and warm-up); None: the run's seed. Fix it to repeat RL seeds
     # on one base model, as the paper's seeds do (bench/replicate.py)
-    seed: int | None = None
+    seed: Seed | None = None
 
 
 # the testbed (issue #11): enough steps to teach the three-operand tier to near-perfect skill, so RL has only the
@@ -161,7 +168,7 @@ class MixEntry(Named):
 
 class TaskConfig(Strict):
     name: str = "arithmetic"
-    seed: int = 0
+    seed: Seed = 0
     # per domain in a mixture; 3000 for the testbed, whose taught tier has only 4000 distinct problems
     n_train: int = Field(3000, ge=1)
     n_val: int = Field(256, ge=1)  # per domain in a mixture
@@ -244,6 +251,12 @@ class RewardConfig(Strict):
     correct: float = 1.0  # the paper's ±1 reward (A.3)
     incorrect: float = -1.0
 
+    @model_validator(mode="after")
+    def _ordered(self) -> "RewardConfig":
+        if not self.correct > self.incorrect:  # equal rewards carry no signal; reversed ones train the wrong way
+            raise ValueError(f"correct ({self.correct:g}) must be greater than incorrect ({self.incorrect:g})")
+        return self
+
 
 class DownstreamSet(Strict):
     """A named held-out set outside the training distribution (§5: downstream benchmarks beside validation),
@@ -253,7 +266,7 @@ class DownstreamSet(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
     task: str
     n: int = Field(64, ge=1)
-    seed: int = 1
+    seed: Seed = 1
     params: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -281,7 +294,11 @@ class EvalConfig(Strict):
 
 class ForecastConfig(Strict):
     min_points: int = Field(6, ge=4)
-    fit_from: float | None = None
+    fit_from: float | None = Field(None, ge=0)
+
+
+# ray.init's address: auto, local, or [ray://]host:port with an IPv6 host in brackets
+RAY_ADDRESS = r"auto|local|(ray://)?([^\s:/\[\]]+|\[[0-9A-Fa-f:.]+\]):\d{1,5}"
 
 
 class RayConfig(Strict):
@@ -290,6 +307,14 @@ class RayConfig(Strict):
     address: str | None = None  # "auto" joins a running cluster; None starts a local Ray just for this run
     generators: int = Field(2, ge=1)  # generator actors, each a GeneratorWorker with its own model copy
     num_cpus_per_generator: float = Field(1.0, gt=0)  # Ray CPUs each actor reserves
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        """What ``ray.init(address=...)`` takes: auto, local, or [ray://]host:port (else Ray fails mid-start)."""
+        if value is not None and not re.fullmatch(RAY_ADDRESS, value):
+            raise ValueError("give 'auto', 'local' or host:port (ray://host:port for Ray Client)")
+        return value
 
 
 class FaultsConfig(Strict):
@@ -328,7 +353,7 @@ def expand_shorthand(key: str, value: Any) -> Any:
 
 class RunConfig(Strict):
     name: str = "scalerl"
-    seed: int = 0
+    seed: Seed = 0
     steps: int = Field(200, ge=1)
     max_minutes: float | None = Field(None, gt=0)
     # compute budget on the curves' x-axis (App. A.3: GPU-hours): the run stops once compute/device_hours reaches it
@@ -418,9 +443,18 @@ def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         raise UserError(f"{what} {path} is not valid YAML{where}") from None
+    except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting deeper than the parser's stack
+        raise UserError(f"{what} {path} holds a value YAML cannot read ({_yaml_value_problem(exc)})") from None
     if not isinstance(data, dict):
         raise UserError(f"{what} {path} must hold a mapping of fields, not {type(data).__name__}")
     return data
+
+
+def _yaml_value_problem(exc: ValueError | RecursionError) -> str:
+    """Why PyYAML's safe loader raised a non-YAML error on well-formed text, in a few words."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return " ".join(str(exc).split(";")[0].split())[:120]
 
 
 def preset_names() -> list[str]:
@@ -429,7 +463,7 @@ def preset_names() -> list[str]:
 
 def _preset_file(name: str) -> dict[str, Any]:
     path = CONFIG_DIR / f"{name}.yaml"
-    if not path.is_file():
+    if name not in preset_names() or not path.is_file():  # a name, not a path such as ../configs/scalerl
         raise UserError(f"unknown preset {name!r}; choose one of: {', '.join(preset_names())}")
     return read_yaml(path)
 
@@ -477,6 +511,8 @@ def parse_override(item: str) -> tuple[list[str], Any]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting deeper than the parser's stack
+        raise UserError(f"--set {item[:80]!r}: the value cannot be read ({_yaml_value_problem(exc)})") from None
     return path, value
 
 
@@ -490,7 +526,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     layer: dict[str, Any] = {}
     for item in overrides:
         path, value = parse_override(item)
-        if len(path) == 1 and isinstance(expanded := expand_shorthand(path[0], value), dict):
+        # the shorthand is a bare string only: model={d_model: 64} sets fields of the section as it is
+        if len(path) == 1 and isinstance(value, str) and isinstance(expanded := expand_shorthand(path[0], value), dict):
             path, value = [path[0], "name"], expanded["name"]
         node, have = layer, data
         for depth, part in enumerate(path[:-1]):
@@ -523,8 +560,9 @@ def load_config(
     """preset (default ``scalerl``) <- config file <- ``--set`` overrides, validated into a RunConfig.
 
     A config file may name its own ``base:`` preset, which then replaces ``preset``."""
-    data: dict[str, Any] = preset_dict(preset or "scalerl")
-    sources = [f"preset {preset or 'scalerl'}"]
+    preset = "scalerl" if preset is None else preset  # "" is not a preset name (``_preset_file`` says so)
+    data: dict[str, Any] = preset_dict(preset)
+    sources = [f"preset {preset}"]
     if config_file is not None:
         file_data = read_yaml(Path(config_file))
         base = file_data.pop("base", None)

@@ -76,6 +76,11 @@ def _parse_until(text: Optional[str]) -> tuple[Optional[float], Optional[float]]
     return value, None
 
 
+# the most values one --a-grid or --cmid-grid may have: the search evaluates every pair, so a larger grid is a
+# mistake (a STEP or N off by orders of magnitude), not a finer search
+MAX_GRID_POINTS = 10_000
+
+
 def _parse_grid(text: Optional[str], flag: str, last_is_count: bool) -> Any:
     """``LO:HI:STEP`` (``--a-grid``) or ``LO:HI:N`` (``--cmid-grid``) as an array; None stays None."""
     import numpy as np
@@ -87,8 +92,16 @@ def _parse_grid(text: Optional[str], flag: str, last_is_count: bool) -> Any:
         lo, hi, last = (float(v) for v in text.split(":"))
     except ValueError:
         raise UserError(f"{flag} {text!r}: give {form}, three numbers separated by colons") from None
+    if not all(math.isfinite(v) for v in (lo, hi, last)):
+        raise UserError(f"{flag} {text!r}: LO, HI and {form[-1:] if last_is_count else 'STEP'} must be finite numbers")
     if not (hi >= lo and last > 0) or (last_is_count and last != int(last)):
         raise UserError(f"{flag} {text!r}: need HI ≥ LO and a positive {'whole N' if last_is_count else 'STEP'}")
+    if last_is_count and lo <= 0:
+        raise UserError(f"{flag} {text!r}: Cmid is a compute on a log axis; LO must be > 0")
+    size = last if last_is_count else math.floor((hi - lo) / last + 0.5) + 1
+    if size > MAX_GRID_POINTS:
+        raise UserError(f"{flag} {text!r}: {size:.3g} grid values; at most {MAX_GRID_POINTS} (the paper's grids have "
+                        "71 and 100)")
     if last_is_count:
         return np.linspace(lo, hi, int(last))
     return np.round(np.arange(lo, hi + last / 2, last), 12)
@@ -103,6 +116,8 @@ def _parse_points(values: List[str], flag: str) -> list[float]:
                 out.append(float(part))
             except ValueError:
                 raise UserError(f"{flag} {part!r} is not a number") from None
+    if values and not out:
+        raise UserError(f"{flag}: no number given; e.g. {flag} 8000,16000")
     for c in out:
         check_number(flag, c, low=0)
     return out
@@ -147,6 +162,9 @@ def _fit_paths(
     if model not in MODELS:
         raise UserError(f"--model {model!r} is not known; use one of: {', '.join(MODELS)}")
     grids = {"a_grid": _parse_grid(a_grid, "--a-grid", False), "cmid_grid": _parse_grid(cmid_grid, "--cmid-grid", True)}
+    if bounds and grids["a_grid"] is not None and not (0 <= grids["a_grid"].min() and grids["a_grid"].max() <= 1):
+        raise UserError(f"--a-grid {a_grid!r}: with bounds on, A is a pass rate in [0, 1]; give a grid inside it "
+                        "or pass --no-bounds")
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
     loaded = [load_series(path, x, y) for path in paths]

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
-from scalerl.errors import check_number, check_writable_dir, check_writable_file
+from scalerl.errors import UserError, check_number, check_writable_dir, check_writable_file
+
+if TYPE_CHECKING:
+    from scalerl.experiments.spec import Sweep
 
 SET_HELP = "Override a field in every run: --set steps=20 (repeatable; applied last)."
 JOBS_HELP = "Runs at a time on this machine, each in its own process with cores/jobs torch threads (default 1)."
@@ -47,6 +51,26 @@ def _run(plan, out: Path, jobs: int, quiet: bool, prune: bool, margin: float) ->
     return records
 
 
+def check_report_path(report: Path, flag: str) -> None:
+    """Before any run starts: ``report`` can be written as the HTML report (a file named .html or .htm, in a
+    writable place), so that a long sweep never ends on a report it cannot write."""
+    if report.suffix.lower() not in (".html", ".htm"):
+        raise UserError(f"{flag} {report}: the report is an HTML file; give a name ending in .html")
+    check_writable_file(report, flag)
+
+
+def check_plan_paths(plan: "Sweep", out: Path, report: Optional[Path], flag: str) -> None:
+    """Before any run starts: each run's directory ``out/<name>`` is a usable path (names within the file
+    system's limits), and the report is not the sweep directory or one of its run directories."""
+    for run in plan.runs:
+        check_writable_dir(out / run.name, f"run {run.name[:40]!r}: directory")
+    if report is None:
+        return
+    taken = {os.path.abspath(out), *(os.path.abspath(out / run.name) for run in plan.runs)}
+    if os.path.abspath(report) in taken:
+        raise UserError(f"{flag} {report} is the sweep directory or one of its run directories; give another file")
+
+
 def _finish(records: list, out: Path, report: Optional[Path], quiet: bool) -> None:
     """Summary table, the report if asked for, and exit code 1 when a run failed."""
     from scalerl.experiments.report import write_report
@@ -82,8 +106,9 @@ def register(app: typer.Typer) -> None:
         check_number("--margin", margin, low=0)
         check_writable_dir(out, "--out")
         if report is not None:
-            check_writable_file(report, "--report")
+            check_report_path(report, "--report")
         plan = load_sweep(spec, set_)
+        check_plan_paths(plan, out, report, "--report")
         _finish(_run(plan, out, jobs, quiet, prune, margin), out, report, quiet)
 
     @app.command()
@@ -109,8 +134,9 @@ def register(app: typer.Typer) -> None:
         check_number("--jobs", jobs, low=1)
         check_number("--margin", margin, low=0)
         check_writable_dir(out, "--out")
-        check_writable_file(report or out / "report.html", "--report")
+        check_report_path(report or out / "report.html", "--report")
         plan = loo_sweep(base, set_, budget_steps, minutes, only, budget_hours)
+        check_plan_paths(plan, out, report or out / "report.html", "--report")
         _finish(_run(plan, out, jobs, quiet, prune, margin), out, report or out / "report.html", quiet)
 
     @app.command("report")

@@ -33,11 +33,11 @@ def presets(
     from scalerl.config import to_yaml
     from scalerl.presets import LOO_COMPONENTS, config_diff, list_presets, loo_variants, resolve_preset, resolve_variant
 
+    base_cfg = resolve_preset(base)  # an unknown --base is refused with --show too, not ignored
     if show is not None:
         typer.echo(to_yaml(resolve_variant(show, base)), nl=False)
         return
 
-    base_cfg = resolve_preset(base)
     table = Table(title=f"Presets (configs/*.yaml); differences from {base}", show_lines=True)
     table.add_column("preset", style="bold", no_wrap=True)
     table.add_column("description")

@@ -10,7 +10,7 @@ from typing import List, Optional
 import typer
 from pydantic import BaseModel, ConfigDict, Field
 
-from scalerl.errors import UserError, check_writable_dir
+from scalerl.errors import UserError, check_number, check_writable_dir
 
 DEMO_OUT = "runs/demo"
 # The demo's RL budget is a step count, so the machine's load changes its wall time, not its length (the local
@@ -257,14 +257,15 @@ def register(app: typer.Typer) -> None:
 
         from scalerl.pipeline.runner import train as run_train
 
+        check_number("--minutes", minutes, low=0, low_open=True)  # 0 is no cap to give, not "the default"
         check_writable_dir(out, "--out")
         spec = demo_spec(preset)
         cfg = config_from_cli(preset, None, list(set_))
         budget = []  # a preset that states its budget keeps it unless the option is given
         if minutes is not None or "max_minutes" not in cfg.model_fields_set:
-            budget.append(f"max_minutes={minutes or DEMO_SAFETY_MINUTES}")
+            budget.append(f"max_minutes={DEMO_SAFETY_MINUTES if minutes is None else minutes}")
         if steps is not None or "steps" not in cfg.model_fields_set:
-            budget.append(f"steps={steps or DEMO_STEPS}")
+            budget.append(f"steps={DEMO_STEPS if steps is None else steps}")
         cfg = config_from_cli(preset, None, [*budget, *set_])
         if out == Path(DEMO_OUT) and out.exists():
             shutil.rmtree(out)  # the default demo directory is scratch; a user-given --out is never deleted

@@ -78,12 +78,21 @@ def _first_char(p: Path) -> str:
 Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # columns, (row, record), notes
 
 
+def _loads(text: str, where: str) -> Any:
+    """``json.loads`` of user data; nesting too deep for the parser (a RecursionError) is a UserError naming
+    ``where``, so that no JSON input can end in a traceback."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise UserError(f"{where} is nested too deeply to be read as JSON; is this a metrics file?") from None
+
+
 def _json_records(p: Path) -> Records:
     """A JSON document (an HF/TRL ``trainer_state.json``) or JSON lines (metrics.jsonl, verl's file logger)."""
     text = p.read_text(encoding="utf-8-sig", errors="replace")
     if "\n" in text.strip():  # several lines: JSON lines, or one pretty-printed document
         try:
-            doc = json.loads(text)
+            doc = _loads(text, str(p))
         except json.JSONDecodeError:
             return _jsonl_records(p, text)
         if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
@@ -102,6 +111,10 @@ def _trainer_state_records(p: Path, history: list[Any]) -> Records:
     for i, entry in enumerate(history):
         if not isinstance(entry, dict) or "step" not in entry:
             raise UserError(f"{p}: log_history entry {i + 1} is not an object with a step; is this a trainer_state.json?")
+        step = entry["step"]
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step != step:
+            raise UserError(f"{p}: log_history entry {i + 1} has step {str(step)[:40]!r}, not a number; "
+                            "is this a trainer_state.json?")
         _, merged = by_step.setdefault(entry["step"], (i + 1, {}))
         merged.update(entry)
     if not by_step:
@@ -119,7 +132,7 @@ def _jsonl_records(p: Path, text: str) -> Records:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = _loads(line, f"{p}: line {i + 1}")
         except json.JSONDecodeError:
             if i == last:
                 notes.append(f"{p}: skipped a truncated last line (line {i + 1})")
@@ -172,7 +185,7 @@ def _number(v: Any) -> float | None:
         return math.nan
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a JSON integer beyond float's range
         return math.nan
     return f if math.isfinite(f) else math.nan
 

@@ -21,6 +21,11 @@ class FitError(UserError):
     data is still arriving."""
 
 
+# the largest reward magnitude fitted: Eq. 1's least squares square the residuals, and float64 overflows (the fit
+# fails with no finite candidate) long before a reward could mean anything; rewards are pass rates or ±1
+MAX_ABS_REWARD = 1e12
+
+
 class TooFewPoints(FitError):
     """Fewer points in the fit window than Eq. 1 has free parameters."""
 
@@ -65,6 +70,11 @@ def check(x: Array, y: Array, rows: Array, *, bounded: bool, source: str = "the 
         )
     if np.unique(x).size < 2:
         raise FitError(f"compute does not change in {source} (always {x[0]:g}); choose the right --x column")
+    huge = np.flatnonzero(np.abs(y) > MAX_ABS_REWARD)
+    if huge.size:
+        i = huge[0]
+        raise FitError(f"reward {y[i]:g} at row {rows[i]} of {source} is beyond ±{MAX_ABS_REWARD:g}; the fit works "
+                       "in float64, rescale the reward (or choose the right --y column)")
     if bounded:
         out = np.flatnonzero((y < 0) | (y > 1))
         if out.size:
