@@ -220,6 +220,28 @@ def test_a_sandbox_that_cannot_start_is_one_error_at_start_up(monkeypatch):
         sandbox._check_starts.cache_clear()
 
 
+def test_a_sandbox_that_ends_before_reading_its_settings_is_a_setup_failure_not_a_broken_pipe(monkeypatch):
+    # the host writes the settings after starting the sandbox; one that has already exited closed that pipe
+    # (seen under load as BrokenPipeError out of run_python): its exit status is the verdict
+    import marshal as real_marshal
+    import time as real_time
+
+    from scalerl.tasks import sandbox
+
+    class SlowMarshal:
+        loads = staticmethod(real_marshal.loads)
+
+        @staticmethod
+        def dumps(value):
+            real_time.sleep(1.0)  # the sandbox below exits at once: by now its end of the pipe is closed
+            return real_marshal.dumps(value)
+
+    monkeypatch.setattr(sandbox, "child_source", lambda: "raise SystemExit('cannot set up')")
+    monkeypatch.setattr(sandbox, "marshal", SlowMarshal)
+    result = run_python("pass")
+    assert not result.passed and "sandbox setup failed" in result.reason
+
+
 # ------------------------------------------------------------------------------------------------ hostile
 
 

@@ -218,9 +218,12 @@ def _launch(host_dir: Path, work: Path, config: dict[str, Any], limits: SandboxL
         cfg_r = status_w = -1
         # the sandbox uid (used when we are root): unique among live sandboxes, as the launcher's host pid is
         config["uid"] = UID_BASE + proc.pid
-        with os.fdopen(cfg_w, "wb") as fh:
-            cfg_w = -1
-            fh.write(marshal.dumps(config))
+        try:
+            with os.fdopen(cfg_w, "wb") as fh:
+                cfg_w = -1
+                fh.write(marshal.dumps(config))
+        except BrokenPipeError:
+            pass  # the sandbox ended before reading its settings (it could not start): its exit status tells
         timed_out = _wait_then_kill_group(proc, limits.wall)
         wall = time.monotonic() - started
         status = _read_status(status_r)
