@@ -28,7 +28,13 @@ class RunStopped(UserError):
     exit_code = 1
 
 
-class CheckpointNotWritten(RunStopped):
+class RunFileNotWritten(RunStopped):
+    """A file of the run (its checkpoint, a line of metrics.jsonl or consumed.jsonl) could not be written (its disk
+    is full, say): one line, exit code 1; what was written before is intact, so ``--resume`` continues from the
+    last checkpoint. The run does not try to write a checkpoint on the way out: it would meet the same disk."""
+
+
+class CheckpointNotWritten(RunFileNotWritten):
     """A run whose checkpoint could not be written (its disk is full, say): one line, exit code 1; the last
     checkpoint written before it is intact (the write is atomic), so ``--resume`` continues from there."""
 

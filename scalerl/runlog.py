@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from scalerl.atomic import append_jsonl, atomic_path, write_text
-from scalerl.errors import CheckpointNotWritten, UserError
+from scalerl.errors import CheckpointNotWritten, RunFileNotWritten, UserError
 
 METRICS = "metrics.jsonl"
 CONSUMED = "consumed.jsonl"  # the problem ids of every trained batch, one line per step
@@ -44,7 +44,7 @@ class RunLog:
 
     def log(self, record: dict[str, Any]) -> None:
         clean = {k: _clean(v) for k, v in record.items()}
-        append_jsonl(self.dir / METRICS, clean)
+        self._append(METRICS, clean)
         if self.writer is not None:
             step = int(record["step"])
             for key, value in clean.items():
@@ -52,7 +52,17 @@ class RunLog:
                     self.writer.add_scalar(key, value, step)
 
     def consumed(self, step: int, problem_ids: list[str]) -> None:
-        append_jsonl(self.dir / CONSUMED, {"step": step, "problem_ids": problem_ids})
+        self._append(CONSUMED, {"step": step, "problem_ids": problem_ids})
+
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        """One line of ``name``, whole or not at all (:func:`~scalerl.atomic.append_jsonl`); a write that fails
+        (a full disk) is :class:`~scalerl.errors.RunFileNotWritten`, one line, not a traceback."""
+        try:
+            append_jsonl(self.dir / name, record)
+        except OSError as exc:
+            raise RunFileNotWritten(
+                f"could not write step {record.get('step')}'s line of {self.dir / name} ({_reason(exc)}; "
+                f"{_free_mib(self.dir)} MiB free there); {_resume_hint(self.dir / CKPT_DIR)}") from exc
 
     def close(self) -> None:
         if self.writer is not None:
@@ -106,6 +116,22 @@ CKPT_DIR = "checkpoints"
 KEEP = 2
 
 
+def _reason(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _free_mib(directory: Path) -> str:
+    return f"{shutil.disk_usage(directory).free / 2**20:.0f}"
+
+
+def _resume_hint(ckpt_dir: Path) -> str:
+    """What a run stopped by a file it could not write tells its user about resuming."""
+    pointer = ckpt_dir / LATEST
+    last = pointer.read_text().strip() if pointer.is_file() else None
+    return (f"the last checkpoint, {last}, is intact: free some space and --resume" if last
+            else "no checkpoint was written yet")
+
+
 def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
     """Write the checkpoint of ``step`` atomically, point ``latest`` at it and keep the last :data:`KEEP`. A write
     that fails (a full disk makes ``torch.save`` raise a ``RuntimeError`` from its zip writer, or an ``OSError``)
@@ -121,14 +147,9 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
         # checkpoint before (the new file is complete; --resume takes ``latest``'s)
         write_text(pointer, path.name + "\n")
     except (OSError, RuntimeError) as exc:
-        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        last = pointer.read_text().strip() if pointer.is_file() else None
         raise CheckpointNotWritten(
-            f"could not write the checkpoint of step {step} in {ckpt_dir} ({reason}; "
-            f"{shutil.disk_usage(ckpt_dir).free / 2**20:.0f} MiB free there); "
-            + (f"the last checkpoint, {last}, is intact: free some space and --resume" if last
-               else "no checkpoint was written yet")
-        ) from exc
+            f"could not write the checkpoint of step {step} in {ckpt_dir} ({_reason(exc)}; "
+            f"{_free_mib(ckpt_dir)} MiB free there); {_resume_hint(ckpt_dir)}") from exc
     for old in sorted(ckpt_dir.glob("step_*.pt"))[:-KEEP]:
         old.unlink(missing_ok=True)
     return path

@@ -11,6 +11,7 @@ import os
 import pytest
 
 from scalerl import atomic
+from scalerl.errors import RunFileNotWritten
 from scalerl.runlog import RunLog, read_metrics
 
 
@@ -51,7 +52,8 @@ def test_a_metrics_write_the_full_disk_refuses_leaves_the_file_ending_on_a_whole
     log.log({"step": 1, "loss": 0.5})
     before = (tmp_path / "metrics.jsonl").read_bytes()
     monkeypatch.setattr(atomic.os, "write", _short_then(OSError(errno.ENOSPC, "No space left on device")))
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(RunFileNotWritten, match=r"step 2's line of .*metrics\.jsonl \(.*No space left.*MiB free there\); "
+                                                r"no checkpoint was written yet"):
         log.log({"step": 2, "loss": 0.4})
     monkeypatch.undo()
     assert (tmp_path / "metrics.jsonl").read_bytes() == before
@@ -185,3 +187,29 @@ def test_a_finished_run_extended_with_resume_keeps_its_last_evaluation_in_the_fo
     assert [r["step"] for r in read_metrics(out) if "val/pass_rate" in r] == [0, 2, 3, 4, 5]
     assert points == [5]
     assert [r["step"] for r in read_metrics(out) if "loss" in r] == [1, 2, 3, 4, 5]
+
+
+def test_a_run_whose_metrics_line_the_full_disk_refuses_stops_in_one_line_and_resumes(tmp_path, monkeypatch):
+    """A full disk at a metrics line was a traceback out of ``scalerl train``; it is the one-line stop of a file
+    the run could not write (exit code 1), naming the file and the checkpoint to resume from, and the run resumes
+    to the same rows as an uninterrupted one."""
+    import scalerl.runlog as runlog
+    from scalerl.pipeline.runner import train
+
+    train(_micro(), tmp_path / "ref", show_progress=False)
+    real = runlog.append_jsonl
+
+    def refusing(path, record):
+        if path.name == "metrics.jsonl" and record.get("step") == 3 and "loss" in record:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, record)
+
+    monkeypatch.setattr(runlog, "append_jsonl", refusing)
+    out = tmp_path / "run"
+    with pytest.raises(RunFileNotWritten, match=r"step 3's line of .*metrics\.jsonl.*step_0000002\.pt, is intact") as stop:
+        train(_micro(), out, show_progress=False)
+    assert stop.value.exit_code == 1 and "\n" not in str(stop.value)
+    monkeypatch.undo()
+    train(_micro(), out, resume=True, show_progress=False)
+    rows = [(r["step"], r.get("loss")) for r in read_metrics(out) if "loss" in r]
+    assert rows == [(r["step"], r.get("loss")) for r in read_metrics(tmp_path / "ref") if "loss" in r]

@@ -38,7 +38,7 @@ from scalerl.build import build_curriculum, build_downstream, build_length_contr
 from scalerl.engines.registry import check_engine
 from scalerl.compute import ComputeMeter
 from scalerl.config import RunConfig, config_from_run_dir, to_yaml
-from scalerl.errors import CheckpointNotWritten, RunStopped, UserError
+from scalerl.errors import RunFileNotWritten, RunStopped, UserError
 from scalerl.evaluate import Evaluation, build_evaluation, eval_seed
 from scalerl.forecast import Forecaster
 from scalerl.pipeline.background import BackgroundCall
@@ -296,7 +296,7 @@ class RunLoop:
                         self.checkpoint()
                     last_ckpt_step = state.step
                     self.carried = timing_metrics(phases)
-        except CheckpointNotWritten:  # the checkpoint itself could not be written: not tried again
+        except RunFileNotWritten:  # a checkpoint or log line could not be written: no checkpoint tried on the way out
             raise
         except RunStopped:  # a part that keeps failing: keep every step trained so far, then stop
             self.collect(before_step=state.step)
