@@ -98,6 +98,16 @@ def test_compare_ranks_and_draws(tmp_path, capsys):
     assert code == 0 and "Ranking" in out
 
 
+def test_compare_refuses_the_same_run_given_twice(tmp_path, capsys):
+    a = _csv(tmp_path / "a.csv", "scalerl-8b", 0)
+    b = _csv(tmp_path / "b.csv", "scalerl-bs512", 1)
+    code, out, err = run(["compare", a, b, a], capsys)
+    assert code == 2 and err.strip() == f"error: {a} is given twice; compare different runs"
+    (tmp_path / "link.csv").symlink_to(a)  # another name for the same file
+    code, out, err = run(["compare", a, tmp_path / "link.csv"], capsys)
+    assert code == 2 and "are the same run" in err and len(err.strip().splitlines()) == 1 and out == ""
+
+
 def test_dropped_rows_are_a_warning_not_an_error(tmp_path, capsys):
     src = _csv(tmp_path / "run.csv")
     lines = src.read_text().splitlines()

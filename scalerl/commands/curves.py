@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
 
@@ -347,6 +348,12 @@ def compare(
             check_writable_file(fig, flag)
     if len(paths) < 2:
         raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
+    seen: dict[str, Path] = {}
+    for path in paths:  # the same run twice ties with itself and hides which row is which
+        first = seen.setdefault(os.path.realpath(path), path)
+        if first is not path:
+            twice = f"{path} is given twice" if str(first) == str(path) else f"{first} and {path} are the same run"
+            raise UserError(f"{twice}; compare different runs")
     check_fit_numbers(fit_from, level, bounds, margin=margin)
     # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
