@@ -6,6 +6,7 @@ Heavy imports (torch, matplotlib) happen inside the command bodies so that ``sca
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import sys
 
@@ -82,9 +83,14 @@ def empty_argument(argv: list[str]) -> str | None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the app and turns user mistakes into one line on stderr and exit code 2."""
-    empty = empty_argument(sys.argv[1:] if argv is None else [str(a) for a in argv])
+    given = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    empty = empty_argument(given)
     if empty is not None:
         fail(f"error: {empty} is empty; give a value (see 'scalerl --help')")
+    if not given:  # bare `scalerl`: the help, then exit 2 (click before 8.2 exits 0 after its no-args help)
+        with contextlib.suppress(Exception, SystemExit):
+            app(args=["--help"], standalone_mode=False, prog_name="scalerl")
+        fail("error: no command given (see 'scalerl --help')")
     try:
         result = app(args=argv, standalone_mode=False, prog_name="scalerl")
     except UserError as exc:
