@@ -25,12 +25,15 @@ DEFAULT_MARGIN = 0.02  # App. A.5: the error margin on A
 
 def refit_at(fit: FitResult, A: float) -> FitResult:
     """``fit``'s data and window refitted with the asymptote fixed at ``A`` by the same method and law (and grids)
-    that fitted it (R0 stays fixed if it was)."""
+    that fitted it (R0 stays fixed if it was, and free if it was)."""
     lo, hi = fit.fit_window
     a_grid, cmid_grid = fit.grids
+    # a fit that freed R0 although the run has a point at compute 0 (an early jump: the reward before it is not the
+    # scaling regime's R0) is refitted without that point, else fit_curve would fix R0 to it and change the model
+    keep = np.ones(fit.x.size, dtype=bool) if fit.R0_fixed else fit.x > 0
     return fit_curve(
-        fit.x,
-        fit.y,
+        fit.x[keep],
+        fit.y[keep],
         method=fit.method,
         model=fit.model,
         a_grid=a_grid,

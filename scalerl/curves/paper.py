@@ -67,13 +67,17 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
     with np.errstate(divide="ignore", invalid="ignore"):
         estimate = np.where(curvature > 0, y1 - (y2 - y0) ** 2 / (8 * curvature), y1)
     # the parabola can undershoot below 0 (or give NaN) on flat or step-like profiles: an SSE is never below 0
-    estimate = np.clip(np.fmin(estimate, sse.min(axis=2)), 0.0, None)
-    cutoff = float(np.nanmin(estimate)) * (1 + _SLACK) + 1e-15
+    attained = sse.min(axis=2)  # the best error each grid point already reaches on the dense B grid
+    estimate = np.clip(np.fmin(estimate, attained), 0.0, None)
+    # a point competes when its estimate is below the best error *attained* anywhere: the estimate is no bound (the
+    # parabola undershoots at a kink or where the B profile still falls at the edge of the B grid), so a cutoff
+    # taken from the lowest estimate could exclude the grid's best point and return a far worse one
+    cutoff = float(np.nanmin(attained)) * (1 + _SLACK) + 1e-15
     best: Params | None = None
     step = log_b[1] - log_b[0]
     admitted = np.argwhere(estimate <= cutoff)
     if len(admitted) > N_REFINE:  # a flat landscape (a falling or constant curve) admits thousands: keep the best
-        admitted = admitted[np.argsort(estimate[tuple(admitted.T)], kind="stable")[:N_REFINE]]
+        admitted = admitted[np.argsort(attained[tuple(admitted.T)], kind="stable")[:N_REFINE]]
     for i, j in admitted:
         A, Cmid, centre = float(a_grid[i]), float(cmid_grid[j]), float(log_b[k[i, j]])
         res = minimize_scalar(
@@ -82,10 +86,12 @@ def fit(p: Problem, a_grid: Array | None = None, cmid_grid: Array | None = None)
             method="bounded",
             options={"xatol": 1e-10},
         )
-        S1 = projection.sums(p.x, p.y, np.exp(res.x), Cmid)
+        # never worse than the grid point's own best B on the dense grid
+        lb = float(res.x) if res.fun <= attained[i, j] else float(log_b[sse[i, j].argmin()])
+        S1 = projection.sums(p.x, p.y, np.exp(lb), Cmid)
         R0, _, e = projection.solve(S1, p.R0, A, p.bounded)
         if best is None or float(e) < best.sse:
-            best = Params(float(R0), A, float(np.exp(res.x)), Cmid, float(e))
-    if best is None:  # unreachable (the cutoff admits the lowest estimate); a FitError rather than a traceback
+            best = Params(float(R0), A, float(np.exp(lb)), Cmid, float(e))
+    if best is None:  # unreachable (the cutoff admits the grid's best point); a FitError rather than a traceback
         raise FitError("the paper-method grid search found no finite fit on this window")
     return best
