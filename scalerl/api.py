@@ -54,16 +54,25 @@ def fit(source: Source | None = None, *, x: Any = None, y: Any = None, **options
     default to ``compute/device_hours`` and ``val/pass_rate``); ``fit(series)`` fits a loaded :class:`Series`.
     ``options`` are :func:`scalerl.curves.fit_curve`'s: ``fit_from``, ``fit_until``, ``fit_until_fraction``,
     ``method`` ("vp" or "paper"), ``bounded`` (False for rewards outside [0, 1]), ``level``, ``predict_at``,
-    ``target``. Raises :class:`FitError` (one line) when the data cannot be fitted."""
+    ``target``. Raises :class:`FitError` (one line) when the data cannot be fitted. Each of the fit's warnings
+    (``FitResult.warnings``: an A not identified yet, Eq. 1 not describing the data, ...), which ``scalerl fit``
+    prints, is raised as a Python ``UserWarning``."""
     if source is None:
         if x is None or y is None:
             raise TypeError("fit() needs a source (path or Series) or both x= and y= arrays")
-        return fit_curve(x, y, **options)
+        return _warn(fit_curve(x, y, **options))
     if isinstance(source, FitResult):
         return source
     series = source if isinstance(source, Series) else load(source, DEFAULT_X if x is None else x,
                                                             DEFAULT_Y if y is None else y)
-    return fit_series(series, **options)
+    return _warn(fit_series(series, **options))
+
+
+def _warn(result: FitResult) -> FitResult:
+    """Raise the fit's warnings as the CLI prints them (an unidentified A read as an estimate is the easy mistake)."""
+    for message in result.warnings:
+        warnings.warn(message, UserWarning, stacklevel=3)
+    return result
 
 
 def forecast(fit_result: FitResult, at: float | Sequence[float]) -> Array:

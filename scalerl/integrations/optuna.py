@@ -26,6 +26,7 @@ more than ``margin`` below the leader's lower end::
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import optuna
@@ -53,7 +54,8 @@ class ForecastPruner(optuna.pruners.BasePruner):
         self._outlooks: dict[tuple[int, int], Outlook | None] = {}  # (trial number, points) -> outlook
 
     def _outlook(self, trial: optuna.trial.FrozenTrial) -> Outlook | None:
-        values = sorted((step, v) for step, v in trial.intermediate_values.items() if v == v)  # NaN: not a report
+        # NaN or ±inf: not a report (an infinite one would leave the trial's outlook unbounded: never pruned)
+        values = sorted((step, v) for step, v in trial.intermediate_values.items() if math.isfinite(v))
         key = (trial.number, len(values))
         if key not in self._outlooks:
             x = [step * self.compute_per_step for step, _ in values]

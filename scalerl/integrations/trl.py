@@ -35,6 +35,7 @@ run will have spent at ``max_steps``, extrapolated linearly from the compute per
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,7 @@ class ForecastCallback(TrainerCallback):
         self._step = Stopwatch()  # the running optimizer step, metered as training wall clock
         self._logging = False
         self._before_train: list[dict[str, Any]] = []  # log_history entries of evaluations before train()
+        self._warned: set[str] = set()  # one warning each: a skipped value, no fit from enough points
         self.last: dict[str, float] = {}  # the latest forecast logged
 
     def attach(self, trainer: Trainer) -> "ForecastCallback":
@@ -105,7 +107,12 @@ class ForecastCallback(TrainerCallback):
         if self.axis == "device_hours":
             return meter.device_hours
         tokens = int(getattr(state, "num_input_tokens_seen", 0) or 0)
-        return 6.0 * meter.n_params * tokens if tokens else float(state.total_flos)
+        if tokens:
+            return 6.0 * meter.n_params * tokens
+        # the Trainer adds a step's flos to state.total_flos only when it logs or saves (store_flos): an evaluation
+        # between two logs would read the compute of the last log. Add the flos counted since, on every device.
+        pending = float(getattr(self.trainer, "current_flos", 0.0) or 0.0) * meter.devices
+        return float(state.total_flos) + pending
 
     # ----------------------------------------------------------------------------------------- callbacks
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
@@ -129,8 +136,19 @@ class ForecastCallback(TrainerCallback):
         value = (logs or {}).get(self.metric)
         if self._logging or value is None or not state.is_world_process_zero:
             return
+        try:
+            value = float(value)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not math.isfinite(value):  # a NaN/inf evaluation is no point: it would leave every later fit failing
+            self._warn_once("value", "scalerl forecast: %s = %r at step %s is not a finite number; not fitted",
+                            self.metric, (logs or {}).get(self.metric), state.global_step)
+            return
         x = self.compute(state)
-        values = self.forecaster.update(x, float(value))
+        values = self.forecaster.update(x, value)
+        if not values and len(self.forecaster.x) >= self.forecaster.cfg.min_points:
+            self._warn_once("fit", "scalerl forecast: no fit of %s from %d points: %s", self.metric,
+                            len(self.forecaster.x), self._no_fit_reason())
         out = {self.x_name: x} if self.axis != "steps" else {}
         out.update({k: v for k, v in values.items() if v is not None})
         if values:
@@ -146,6 +164,26 @@ class ForecastCallback(TrainerCallback):
             finally:
                 self._logging = False
 
+    def _warn_once(self, key: str, message: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(message, *args)
+
+    def _no_fit_reason(self) -> str:
+        """Why the forecaster has no fit: too few points, or the fit's own one-line error (e.g. a metric outside
+        [0, 1] while ``bounded``, a constant metric)."""
+        from scalerl import curves
+
+        f = self.forecaster
+        if len(f.x) < f.cfg.min_points:
+            return f"fewer than {f.cfg.min_points} points"
+        try:
+            curves.fit_curve(f.x, f.y, fit_from=f.cfg.fit_from, ci=False, x_name=f.x_name, y_name=f.y_name,
+                             bounded=f.bounded)
+        except curves.FitError as e:
+            return str(e)
+        return "the fit failed"
+
     def _budget(self, args: Any, state: Any, x: float) -> float:
         if self.budget is not None:
             return self.budget
@@ -160,8 +198,8 @@ class ForecastCallback(TrainerCallback):
         final = self.forecaster.write_final(out, title=f"{self.metric} vs {self.x_name}", source="trainer_state.json")
         fit = final["fit"]
         if fit is None:
-            log.warning("scalerl forecast: no fit from %d points of %s (fewer than %d, or the reward never moved)",
-                        final["points"], self.metric, self.forecaster.cfg.min_points)
+            log.warning("scalerl forecast: no fit from %d points of %s: %s", final["points"], self.metric,
+                        self._no_fit_reason())
         else:  # the same reading as scalerl's own runs: an estimate when identified, else a lower bound and why
             log.warning("scalerl forecast: %s, B = %.2f; trust: %s; wrote %s", describe_fit(fit), fit["B"],
                         describe_trust(fit), out / "fit.json")
