@@ -30,14 +30,25 @@ from typing import Any
 from scalerl.config import ForecastConfig
 
 
-def describe_A(A: float, lo: float | None, hi: float | None, identified: bool, past_cmid: bool) -> str:
+def describe_A(A: float, lo: float | None, hi: float | None, identified: bool, past_cmid: bool,
+               top_open: bool | None = None, reliable: bool = True) -> str:
     """The asymptote as a user should read it: ``A = 0.62 [0.58, 0.66]`` when identified, else the lower end of
-    its interval as a bound with the reason (never the search's bound as if it were an estimate)."""
+    its interval as a bound (none when the interval has no lower end) with the reason (never the search's bound as
+    if it were an estimate). ``top_open``: whether the interval is open at the top (None: not known, as in a
+    metrics line); ``reliable``: False when Eq. 1 does not describe the run (``FitResult.reliable``)."""
     if identified:
         band = f" [{lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
         return f"A = {A:.3f}{band}"
-    why = "the interval on A is open at the top" if past_cmid else "the run has not passed Cmid"
-    return f"A ≥ {lo if lo is not None else 0.0:.2f}, not identified yet: {why}"
+    if not reliable:
+        why = "Eq. 1 does not describe this run"
+    elif not past_cmid:
+        why = "the run has not passed Cmid"
+    elif top_open is False:
+        why = "too few evaluations past Cmid (or residuals) to pin it down"
+    else:
+        why = "the interval on A is open at the top"
+    bound = f"A ≥ {lo:.2f}, not" if lo is not None else "A not"
+    return f"{bound} identified yet: {why}"
 
 
 def describe_record(record: dict[str, Any]) -> str | None:
@@ -69,7 +80,9 @@ def describe_trust(fit: dict[str, Any]) -> str:
 def describe_fit(fit: dict[str, Any]) -> str:
     """:func:`describe_A` for a fit in ``fit.json`` form."""
     lo, hi = fit["A_ci"] or (None, None)
-    return describe_A(fit["A"], lo, hi, bool(fit["identified"]), fit["fit_window"][1] >= fit["Cmid"])
+    lo_open, hi_open = fit.get("A_ci_open") or (None, None)
+    return describe_A(fit["A"], None if lo_open and lo == 0.0 else lo, hi, bool(fit["identified"]),
+                      fit["fit_window"][1] >= fit["Cmid"], top_open=hi_open, reliable=fit.get("reliable", True))
 
 
 def describe_shape(fit: dict[str, Any], unit: str = "") -> str:

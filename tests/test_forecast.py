@@ -179,3 +179,16 @@ def test_demo_runs_a_named_preset(monkeypatch, tmp_path):
     assert seen[0].name == "multitask" and [e.name for e in seen[0].task.mix] == ["arithmetic", "strings"]
     # the preset states its own budget, which the demo keeps unless --steps is given
     assert [c.steps for c in seen] == [load_config("multitask").steps, 7] and seen[0].steps != DEMO_STEPS
+
+
+def test_describe_fit_gives_the_reason_A_is_not_identified():
+    from scalerl.forecast import describe_fit
+
+    base = {"A": 0.8, "A_ci": [0.78, 0.835], "A_ci_open": [False, False], "identified": False, "fit_window": [1, 10],
+            "Cmid": 2.0, "reliable": True}
+    assert describe_fit({**base, "reliable": False}) == "A ≥ 0.78, not identified yet: Eq. 1 does not describe this run"
+    assert describe_fit(base).endswith("too few evaluations past Cmid (or residuals) to pin it down")
+    assert describe_fit({**base, "A_ci": [0.78, 1.0], "A_ci_open": [False, True]}).endswith("open at the top")
+    assert describe_fit({**base, "Cmid": 20.0}).endswith("the run has not passed Cmid")
+    unbounded = {**base, "A_ci": [None, None], "A_ci_open": [True, True]}
+    assert describe_fit(unbounded) == "A not identified yet: the interval on A is open at the top"  # not "A ≥ 0.00"

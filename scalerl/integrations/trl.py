@@ -12,7 +12,8 @@ callback reads the compute spent so far on the chosen axis, refits Eq. 1 with :c
 (the live forecast of scalerl's own runs: same fit, same identifiability rule, same minimum number of points) and
 logs, through ``Trainer.log`` and so to every reporter the trainer has (TensorBoard, W&B, trainer_state.json):
 the compute value (``compute/flops``, ``compute/device_hours`` or ``step``), ``forecast/A``, ``forecast/A_lo``,
-``forecast/A_hi`` (an open end of the interval is left out), ``forecast/B``, ``forecast/Cmid``, ``forecast/R0``,
+``forecast/A_hi`` (an open end of the interval is left out when the fit is unbounded, and is the bound, 0 or 1,
+when it is bounded: ``forecast/identified`` is then 0), ``forecast/B``, ``forecast/Cmid``, ``forecast/R0``,
 ``forecast/identified``, ``forecast/pred_at_budget`` (the reported forecast at the budget) with its 80 % band
 ``forecast/pred_at_budget_lo``/``_hi``, and the trust signal ``forecast/trust_err``, ``forecast/carry_forward_err``,
 ``forecast/better_than_ruler`` and ``forecast/reliable`` (see :mod:`scalerl.forecast`). At the end of training it writes ``fit.json`` and
