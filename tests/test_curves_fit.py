@@ -208,3 +208,16 @@ def test_a_fit_that_only_extrapolates_to_the_bound_keeps_its_top_open():
     assert keep.sum() > 30 and res.A == pytest.approx(1.0)
     assert res.A_ci_open[1] and not res.identified
     assert any("open at the top" in w for w in res.warnings)
+
+
+def test_a_run_that_falls_from_its_first_evaluation_is_not_described_by_eq1():
+    # a validation set that declines from the start (another domain training): the steady fall's successive
+    # differences read as noise, so the collapse rule does not fire, and the fit pins A at R0 = 0.9
+    x = np.arange(8) * 10.0
+    y = np.array([0.9, 0.8, 0.6, 0.5, 0.4, 0.35, 0.3, 0.3])
+    r = fit_curve(x, y)
+    assert not r.reliable and not r.identified
+    assert any("fallen below its value at compute 0 (0.900)" in w for w in r.warnings)
+    assert abs(float(r.forecast(np.array([100.0]))[0]) - 0.3) < 0.05  # holds the current level, not A = 0.9
+    rising = fit_curve(x, np.array([0.3, 0.42, 0.55, 0.62, 0.66, 0.68, 0.69, 0.7]))
+    assert not any("fallen below" in w for w in rising.warnings)

@@ -45,6 +45,7 @@ JUMP_SUSTAINED = 0.15  # ... still rising: at least this share of it after its m
 FALL_NOISE = 10.0  # a collapse: the last evaluation this many noise σ below the window's best mean of 3 (no excursion of noise, even heavy-tailed, gets there)
 FALL_GIVEN_BACK = 0.5  # ... or a sustained fall that gives back more than this share of the rise before it
 FALL_GIVEN_BACK_NOISE = 5.0  # ... with the last two evaluations each this many σ below the peak
+START_NOISE = 3.0  # a window whose last quarter is this many noise σ below the reward at compute 0 has fallen (Eq. 1 cannot)
 MIN_PAST_CMID = 3  # A is called identified only with at least this many evaluations past Cmid (one pins nothing)
 BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
 
@@ -448,6 +449,13 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
     if now.held:  # the level is held because the reward falls (:func:`falls`, in :func:`_attach_forecast`)
         peak = best_of_3(p.y)[1]
         why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); Eq. 1 cannot fall")
+    elif r.model == "sigmoid" and r.R0_fixed and r.A >= r.R0 and (
+            (tail := float(np.mean(p.y[-max(3, p.y.size // 4):]))) < r.R0 - START_NOISE * step_noise(p.y)):
+        # a run that falls from its first evaluation on (a validation set that declines while another domain
+        # trains): falls() reads a steady fall's successive differences as noise, and the fit pins A at R0; but
+        # with A ≥ R0 the law never goes below the reward at compute 0, and the window's last quarter is well below
+        why.append(f"the reward (last quarter {tail:.3f}) has fallen below its value at compute 0 ({r.R0:.3f}); "
+                   "Eq. 1 cannot fall")
     return why
 
 
