@@ -82,7 +82,7 @@ def run_steps(source: Source, step: str | None = None, every: bool = False) -> l
     if step is None:
         return [source.steps[-1]]
     try:
-        wanted = [int(s) for s in step.split(",") if s.strip()]
+        wanted = list(dict.fromkeys(int(s) for s in step.split(",") if s.strip()))  # 2,2 evaluates step 2 once
     except ValueError:
         raise UserError(f"--step {step!r}: give a step number or numbers separated by commas (e.g. 20,40)") from None
     missing = [s for s in wanted if s not in source.steps]

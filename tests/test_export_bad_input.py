@@ -103,3 +103,12 @@ def test_the_messages_name_the_problem(wsx, capsys, monkeypatch):
         with pytest.raises(SystemExit):
             main(CASES[case])
         assert needle in capsys.readouterr().err, case
+
+
+def test_a_step_asked_for_twice_is_evaluated_once(tmp_path):
+    from scalerl.config import RunConfig
+    from scalerl.runs import Source, run_steps
+
+    source = Source(path=tmp_path, cfg=RunConfig(), kind="run", steps=(2, 4))
+    assert run_steps(source, "2,2") == [2]
+    assert run_steps(source, "4,2,4") == [4, 2]
