@@ -76,10 +76,17 @@ def _finish(records: list, out: Path, report: Optional[Path], quiet: bool) -> No
     from scalerl.experiments.report import write_report
 
     _print_records(records, out)
-    if report is not None:
-        write_report(out, report, quiet=quiet)
-        typer.echo(f"wrote {report}")
     failed = [r.name for r in records if r.status == "failed"]
+    if report is not None:
+        try:
+            write_report(out, report, quiet=quiet)
+        except UserError as exc:
+            if not failed:
+                raise
+            # the failed runs are still what this sweep must say (exit code 1), not only why no report came of it
+            typer.echo(f"error: no report: {exc}", err=True)
+        else:
+            typer.echo(f"wrote {report}")
     if failed:
         typer.echo(f"error: {len(failed)} run(s) failed: {', '.join(failed)} (tracebacks in <run>/sweep_error.log); "
                    "run the same command again to retry them", err=True)

@@ -118,6 +118,7 @@ class RankItem:
     common_A: float | None  # the mean A the tied group was refitted at
     B_common: float | None  # this run's B at that A
     A_text: str = ""  # A for a table: the estimate, or "≥ lo" when the run has not identified it
+    pruned: bool = False  # stopped by --prune: listed after the ranked runs, not ranked (rank 0)
 
 
 @dataclass
@@ -250,9 +251,20 @@ def analyse_run(run_dir: Path, name: str, fit_from: float | None = None) -> RunA
                        load_breakdown(run_dir))
 
 
+def pruned_runs(a: Analysis) -> set[str]:
+    """The runs ``--prune`` stopped (``sweep.json``'s ``pruning``)."""
+    runs = (a.pruning or {}).get("runs") or {}
+    return {name for name, r in runs.items() if isinstance(r, dict) and r.get("state") == "pruned"}
+
+
 def _rank(a: Analysis) -> None:
+    """The paper's ranking (App. A.5, A.8) of the runs that got their whole budget. A run stopped by ``--prune``
+    (§1's third principle) has a fit on the compute it got only, so it is listed after them, marked, unranked:
+    its A and B are not the end of a run and do not compare with those of the runs that completed."""
+    stopped = pruned_runs(a)
+    complete = [r for r in a.runs if r.name not in stopped] or a.runs
     by_id = {id(r.fit): r.name for r in a.runs}
-    cmp = curves.compare_fits([r.fit for r in a.runs], margin=a.margin)
+    cmp = curves.compare_fits([r.fit for r in complete], margin=a.margin)
     groups: dict[int, list[str]] = {}
     for item in cmp.ranked:
         groups.setdefault(item.group, []).append(by_id[id(item.fit)])
@@ -260,7 +272,8 @@ def _rank(a: Analysis) -> None:
         RankItem(item.rank, by_id[id(item.fit)], item.fit.A, tuple(groups[item.group]), item.group_A,
                  item.refit.B if item.refit is not None else None, item.fit.format_A())
         for item in cmp.ranked
-    ]
+    ] + [RankItem(0, r.name, r.fit.A, (r.name,), None, None, r.fit.format_A(), pruned=True)
+         for r in a.runs if r.name in stopped and r not in complete]
     a.common_A, a.slope_fits, a.warnings = cmp.common_A, cmp.common_fits, list(cmp.warnings)
     if len({r.breakdown.validation for r in a.runs if r.breakdown is not None}) > 1:
         a.warnings.append(DIFFERENT_TASKS)

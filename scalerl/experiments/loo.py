@@ -12,7 +12,7 @@ import math
 
 from scalerl.errors import UserError
 from scalerl.experiments.spec import Sweep, make_sweep
-from scalerl.presets import format_value, loo_variants
+from scalerl.presets import LOO_COMPONENTS, config_diff, format_value, loo_variants
 
 # a step cap for a wall-clock or compute budget: the time or compute limit, not the steps, ends each run
 MINUTES_STEP_CAP = 1_000_000
@@ -51,7 +51,29 @@ def loo_sweep(
         raise UserError(f"unknown LOO variant(s) {', '.join(unknown)} for base {base!r}; choose from: {', '.join(variants)}")
     runs: dict[str, list[str]] = {base: []}
     runs.update({name: list(items) for name, items in variants.items() if not only or name in only})
-    return make_sweep(
+    sweep = make_sweep(
         runs, base=base, extra=[*budget_overrides(budget_steps, minutes, hours), *overrides],
         source=f"loo --base {base}", description=f"Leave-one-out ablations of {base} (§4, Fig. 7)",
     )
+    check_one_component(sweep, base)
+    return sweep
+
+
+def check_one_component(sweep: Sweep, base: str) -> None:
+    """Each variant, as resolved with the ``--set`` overrides, differs from the base run in its one component and
+    nowhere else (§4: a LOO variant reverts one choice, all else held fixed). A ``--set`` on a component (e.g.
+    ``algo.fp32_head=false``) can make a variant identical to the base, or the base no longer ScaleRL's choice;
+    such a comparison would rank a run against itself, so it is a UserError before anything runs."""
+    configs = sweep.configs()
+    ref = configs[base]
+    for name, cfg in configs.items():
+        if name == base:
+            continue
+        component = LOO_COMPONENTS[name][0]
+        diff = [d[0] for d in config_diff(ref, cfg)]
+        others = [p for p in diff if p != component and not p.startswith(component + ".")]
+        if not diff or others:
+            what = f"also differs in {', '.join(others)}" if others else "is identical to the base"
+            raise UserError(
+                f"{sweep.source}: variant {name!r} {what} with these --set overrides; a leave-one-out variant "
+                f"must differ from {base!r} only in {component} (§4); drop the --set on that component")

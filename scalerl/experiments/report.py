@@ -100,8 +100,17 @@ def _heldout_table(runs: list[RunAnalysis]) -> str:
 
 
 def _ranking_table(a: Analysis) -> str:
+    from scalerl.experiments.prune_sweep import rung_name
+
     rows = []
     for item in a.ranking:
+        if item.pruned:
+            rung = ((a.pruning or {}).get("runs", {}).get(item.name) or {}).get("stopped_at")
+            where = f" at {rung_name(rung)} of its budget" if rung is not None else ""
+            rows.append(([_esc(item.name), "–", item.A_text, "–",
+                          f'<span class="bad">pruned</span>: stopped by --prune{where}; not ranked (its fit covers '
+                          "only the compute it got)"], ""))
+            continue
         tie = len(item.group) > 1
         note = (f"tied with {', '.join(_esc(n) for n in item.group if n != item.name)} "
                 f"(ΔA ≤ {a.margin:g}): ranked by B at common A = {item.common_A:.3f}") if tie else "ranked by A"
@@ -266,6 +275,15 @@ entropy falls in every run and does not predict performance (App. A.12).</p>
 
 
 def build_figures(a: Analysis) -> dict[str, str]:
+    """The report's PNGs as data URIs. Run names (directory names, shown in legends and labels) are drawn as plain
+    text: a name with ``$`` in it would otherwise be parsed as matplotlib mathtext and could stop the report."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _figures(a)
+
+
+def _figures(a: Analysis) -> dict[str, str]:
     from scalerl import curves
 
     return {

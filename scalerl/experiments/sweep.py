@@ -190,8 +190,8 @@ def _plan_records(sweep: Sweep, out: Path, write: IndexWriter) -> tuple[dict[str
     records = [RunRecord(r.name, str(out / r.name), list(r.overrides)) for r in sweep.runs]
     for rec in records:
         rec.action = plan_action(configs[rec.name], Path(rec.dir))
-        if rec.action == "skip":
-            rec.status = "done"
+        if rec.action == "skip":  # its final fit from its marker, as run_one gives a skipped run
+            rec.status, rec.summary = "done", (read_done(Path(rec.dir)) or {}).get("summary", {})
     check_runs(sweep, configs, [rec.name for rec in records if rec.action != "skip"])
     out.mkdir(parents=True, exist_ok=True)
     write(records)
@@ -245,6 +245,35 @@ def threads_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
+PARENT_POLL_S = 0.5  # how often a pool worker checks that the sweep that started it is still alive
+
+
+def _exit_with_parent(parent: int) -> None:
+    """Pool worker initializer: end this worker once the sweep process that started it is gone (killed with
+    SIGKILL, say). A run left going on its own would race the rerun that resumes it in the same directory
+    (both appending to its ``metrics.jsonl``). The run is interrupted as if killed, and resumed next time."""
+    import threading
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="sweep-parent-watch", daemon=True).start()
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """End the pool's workers now: on an interruption of the sweep the runs in them are interrupted (resumed next
+    time) instead of the interrupted sweep waiting for them, or for runs already handed to a worker, to finish."""
+    terminate = getattr(pool, "terminate_workers", None)  # Python 3.14+
+    if callable(terminate):
+        terminate()
+        return
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        if proc.is_alive():
+            proc.terminate()
+
+
 def run_parallel(
     sweep: Sweep, out: str | Path, jobs: int, run_fn: RunFn | None = None, show_progress: bool = True,
     console: Console | None = None, write: IndexWriter | None = None,
@@ -253,7 +282,8 @@ def run_parallel(
     its own generator processes). A run whose config leaves ``threads`` unset gets the machine's cores divided
     by ``jobs``, so that the runs do not oversubscribe the cores. ``run_fn`` must be picklable (a module-level
     function or an instance of a module-level class). Ctrl-C stops the pool: the running runs are interrupted
-    (resumed next time), pending ones stay pending."""
+    (their workers ended; resumed next time), pending ones stay pending. A worker whose sweep process is killed
+    ends too (:func:`_exit_with_parent`)."""
     if jobs <= 1:
         return run_sequential(sweep, out, run_fn, show_progress, console, write)
     out = Path(out)
@@ -263,7 +293,8 @@ def run_parallel(
     configs, records = _plan_records(sweep, out, write)
     n, threads = len(records), threads_per_job(jobs)
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_exit_with_parent,
+                             initargs=(os.getpid(),)) as pool:
         futures = {}  # future -> position of its run in the plan
         for i, (run, rec) in enumerate(zip(sweep.runs, records)):
             if rec.action == "skip":
@@ -291,6 +322,7 @@ def run_parallel(
                 if not future.done() and not future.cancel():
                     records[i].status = "interrupted"  # it had started; a cancelled one never did: pending
             write(records)
+            _stop_workers(pool)
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return records
