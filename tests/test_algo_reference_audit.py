@@ -1,5 +1,6 @@
 """Independent audit of the algorithm registries against reference implementations written from the paper's
-formulas (ScaleRL, arXiv 2510.13786; see /work/shared/reference/paper_spec.md §3.0–3.6, §3.10).
+formulas (ScaleRL, arXiv 2510.13786: the losses, advantage normalisations and loss aggregations of §3, and the
+ScaleRL objective of §4).
 
 Every registered loss (``LOSSES``), advantage normalisation (``ADVANTAGE_NORMS``) and aggregation
 (``AGGREGATIONS``) is compared, values and autograd gradients, against a naive loop-based reference here, on
@@ -36,7 +37,7 @@ DT = torch.float64
 
 
 def ref_advantages(rewards: list[float], group: list[int], norm: str, eps: float) -> list[float]:
-    """§3.2 / §3.5: Â_i = r_i − mean_group(r); batch: Â / (std over all Â in the batch + eps);
+    """§3.2 (Fig. 14b): Â_i = r_i − mean_group(r); batch: Â / (std over all Â in the batch + eps);
     prompt: Â / (std_group(r) + eps); none: Â."""
     groups = sorted(set(group))
     members = {g: [i for i, gi in enumerate(group) if gi == g] for g in groups}
@@ -91,7 +92,7 @@ def ref_loss_terms(name: str, params: dict, logp: torch.Tensor, gen_logp: torch.
 
 
 def ref_aggregate(name: str, per_token: torch.Tensor, mask: torch.Tensor, group: list[int]) -> torch.Tensor:
-    """§3.4 (Fig. 14a). prompt: per prompt Σ_i Σ_t wℓ / Σ_i Σ_t w, uniform mean over prompts; sample: per
+    """§3.2 (Fig. 14a). prompt: per prompt Σ_i Σ_t wℓ / Σ_i Σ_t w, uniform mean over prompts; sample: per
     sequence Σ_t wℓ / Σ_t w, uniform mean over sequences; token: Σ wℓ / Σ w over the batch."""
     n = per_token.shape[0]
     if name == "token":
@@ -198,7 +199,7 @@ def test_advantages_continuous_rewards(norm):
 
 
 def test_batch_norm_divides_by_batch_std_not_group_std():
-    """§3.5: batch level divides Â by the std of all Â in the batch; the group means are 0 so that std is
+    """§3.2 (Fig. 14b): batch level divides Â by the std of all Â in the batch; the group means are 0 so that std is
     sqrt(mean Â²). Groups with different spreads keep their relative scale (unlike prompt level)."""
     rewards = torch.tensor([1.0, -1.0, 1.0, -1.0, 1.0, 1.0, 1.0, -1.0], dtype=DT)
     group = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
@@ -227,7 +228,7 @@ def test_advantages_single_sample_and_all_equal_are_finite_zero():
 def test_zero_variance_mask_matches_reference():
     rewards = torch.tensor([1, 1, 1, -1, 1, -1, -1, -1, 1])
     group = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 3])
-    # §3.6: keep a prompt only when 0 < mean(correct) < 1, i.e. not all equal; a single sample is all equal
+    # §3.2 (Fig. 6a): keep a prompt only when 0 < mean(correct) < 1, i.e. not all equal; a single sample is all equal
     expected = []
     for g in group.tolist():
         vals = [r for r, gg in zip(rewards.tolist(), group.tolist()) if gg == g]
@@ -363,7 +364,7 @@ def test_aggregation_matches_reference_values_and_gradients(agg, seed):
 
 
 def test_aggregations_differ_as_the_paper_says_on_mixed_lengths():
-    """§3.4: prompt = each prompt equal, tokens equal within a prompt; sample = each rollout equal; token =
+    """§3.2 (Fig. 14a): prompt = each prompt equal, tokens equal within a prompt; sample = each rollout equal; token =
     each token in the batch equal. Hand-worked numbers on a batch whose lengths differ."""
     # prompt 0: lengths 1 and 3, terms 1 | 0 0 0 ; prompt 1: lengths 2 and 1, terms 5 5 | 5
     per_token = torch.tensor([[1, 0, 0], [0, 0, 0], [5, 5, 0], [5, 0, 0]], dtype=DT)
@@ -427,7 +428,7 @@ def test_all_masked_batch_is_zero_and_attached(agg):
 
 
 def _scalerl_objective(logp, gen_logp, rewards, group, mask, eps_max=4.0):
-    """§3.10 J_ScaleRL written out directly: zero-variance prompts dropped, Â on the kept ones with the batch
+    """§4: J_ScaleRL written out directly: zero-variance prompts dropped, Â on the kept ones with the batch
     std, CISPO terms, prompt-level 1/Σ|y_g| per prompt, uniform mean over prompts; returned negated."""
     keep = [g for g in sorted(set(group)) if 0 < sum(r > 0 for r, gg in zip(rewards, group) if gg == g)
             / sum(1 for gg in group if gg == g) < 1]
@@ -566,7 +567,7 @@ def test_trainer_objective_matches_reference_on_a_tiny_model(preset, sets):
 
 
 def test_length_penalty_matches_eq9_on_correct_traces_only():
-    """Eq. 9: R_length = clip((L_max − |y|)/L_cache − 1, −1, 0), added to correct traces only (§3.8)."""
+    """Eq. 9: R_length = clip((L_max − |y|)/L_cache − 1, −1, 0), added to correct traces only (App. A.10)."""
     from scalerl.algo import LENGTH_CONTROLS
 
     lc = LENGTH_CONTROLS.get("length_penalty")(l_max=14, l_cache=2, max_new_tokens=16)
@@ -596,7 +597,7 @@ def test_interruption_budgets_uniform_in_the_closed_range():
 
 
 def test_npr_retires_at_pass_rate_ge_threshold_from_the_next_epoch():
-    """§3.7: a prompt with pass rate ≥ 0.9 leaves subsequent epochs (pass_rate(x) < 0.9 stays, §3.10)."""
+    """§3.2 (Fig. 6b): a prompt with pass rate ≥ 0.9 leaves subsequent epochs (pass_rate(x) < 0.9 stays, §4)."""
     from scalerl.algo import CURRICULA
 
     ids = ["a", "b", "c", "d"]

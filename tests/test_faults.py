@@ -142,7 +142,7 @@ def test_run_stopped_is_one_line_and_exit_code_1(monkeypatch, capsys):
 
     monkeypatch.setattr(cli, "app", stopped)
     with pytest.raises(SystemExit) as exc:
-        cli.main([])
+        cli.main(["train"])  # any command: the app is replaced
     assert exc.value.code == 1
     assert capsys.readouterr().err.strip().splitlines() == ["error: the generator process died 4 times in a row"]
 
