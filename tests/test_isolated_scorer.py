@@ -88,3 +88,19 @@ def test_math_verify_off_the_main_thread_cannot_stall_the_run(monkeypatch):
     assert not worker.is_alive()
     assert not results[0].correct and (results[0].failure is None or results[0].failure.startswith("timeout:"))
     assert results[1] is True  # and the next answer is graded, in a new worker if the old one was stopped
+
+
+def test_an_answer_longer_than_its_cap_is_refused_before_it_is_read():
+    import os
+    import struct
+
+    from scalerl.tasks.scorer_worker import read_message
+
+    r, w = os.pipe()
+    try:
+        os.write(w, struct.pack("!I", 1 << 30) + b"{")  # a worker claiming a 1 GiB answer
+        with pytest.raises(ValueError, match="at most 65536"):
+            read_message(r, None, 1 << 16)
+    finally:
+        os.close(r)
+        os.close(w)

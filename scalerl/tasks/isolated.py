@@ -30,6 +30,7 @@ from scalerl.tasks.grading import GradingFailed
 from scalerl.tasks.scorer_worker import read_message, write_message
 
 SCORER_TIMEOUT_S = 10.0  # a call to a library scorer that takes longer is a grader failure (its worker is killed)
+ANSWER_BYTES = 1 << 16  # an answer is a number or an error line: a longer one is the worker's failure
 _LIVE: "weakref.WeakSet[Isolated]" = weakref.WeakSet()
 
 
@@ -67,7 +68,7 @@ class Isolated:
                 self._start()
             try:
                 write_message(self._send, pickle.dumps((module, function, args)))
-                answer = json.loads(read_message(self._recv, time.monotonic() + self.timeout_s))
+                answer = json.loads(read_message(self._recv, time.monotonic() + self.timeout_s, ANSWER_BYTES))
             except TimeoutError:
                 self.close()
                 raise GradingFailed("timeout", f"{module}.{function} took longer than {self.timeout_s:g} s; "

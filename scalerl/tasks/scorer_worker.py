@@ -19,10 +19,13 @@ import time
 _HEADER = struct.Struct("!I")
 
 
-def read_message(fd: int, deadline: float | None = None) -> bytes:
+def read_message(fd: int, deadline: float | None = None, max_bytes: int | None = None) -> bytes:
     """One length-prefixed message from ``fd``; EOFError when the pipe ends first, TimeoutError past ``deadline``
-    (``time.monotonic``; None: wait as long as it takes)."""
-    return _read_exactly(fd, _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))[0], deadline)
+    (``time.monotonic``; None: wait as long as it takes), ValueError for one longer than ``max_bytes``."""
+    (size,) = _HEADER.unpack(_read_exactly(fd, _HEADER.size, deadline))
+    if max_bytes is not None and size > max_bytes:
+        raise ValueError(f"a message of {size} bytes (at most {max_bytes})")
+    return _read_exactly(fd, size, deadline)
 
 
 def _read_exactly(fd: int, n: int, deadline: float | None) -> bytes:
