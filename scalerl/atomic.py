@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import glob
 import json
 import os
@@ -41,16 +42,21 @@ def remove_stale_temporaries(directory: str | os.PathLike[str]) -> list[Path]:
     return stale
 
 
+@functools.lru_cache(maxsize=1)
+def _host() -> str:
+    return socket.gethostname().replace(".", "_")
+
+
 def owner() -> str:
     """This process as its temporaries name it: ``<host>-<pid>`` (dots in the host name as ``_``), so that a later
     writer can tell a temporary whose writer was killed from one still being written, here or on another host
     sharing the file system."""
-    return f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"
+    return f"{_host()}-{os.getpid()}"
 
 
 def _owner_gone(stamp: str) -> bool:
     host, _, pid = stamp.rpartition("-")
-    if host != socket.gethostname().replace(".", "_") or not pid.isdigit():
+    if host != _host() or not pid.isdigit():
         return False  # another host's writer (or not a stamp): not ours to judge
     try:
         os.kill(int(pid), 0)

@@ -100,6 +100,7 @@ class Forecaster:
         self.y: list[float] = []
         self.domains: dict[str, Forecaster] = {}  # domain -> its own fit of val/<domain>/pass_rate
         self.last_fit: Any | None = None  # the latest FitResult (its forecast and interval), None before one
+        self.last_error: str | None = None  # why the latest fit failed (FitError's line), None when it did not
 
     def state_dict(self) -> dict[str, Any]:
         return {"x": list(self.x), "y": list(self.y), "domains": {d: f.state_dict() for d, f in self.domains.items()}}
@@ -118,6 +119,7 @@ class Forecaster:
     def _fit(self, ci: bool, source: str = "run") -> Any | None:
         from scalerl import curves
 
+        self.last_error = None
         if len(self.x) < self.cfg.min_points:
             return None
         try:
@@ -131,7 +133,8 @@ class Forecaster:
                 y_name=self.y_name,
                 bounded=self.bounded,
             )
-        except curves.FitError:
+        except curves.FitError as exc:
+            self.last_error = str(exc)
             return None
 
     def update(self, compute: float, value: float, domains: dict[str, float] | None = None) -> dict[str, float]:

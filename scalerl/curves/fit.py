@@ -198,6 +198,11 @@ def default_fit_from(
     return max(start, jump) if jump is not None else start
 
 
+def last_quarter(y: Array) -> Array:
+    """The window's last quarter of evaluations, at least 3 (where a run is now, robust to one noisy point)."""
+    return y[-max(3, y.size // 4):]
+
+
 def step_noise(y: Array) -> float:
     """σ of one evaluation from the median successive difference (robust: one jump or collapse does not inflate
     it; a trend that moves every step does)."""
@@ -449,13 +454,14 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
     if now.held:  # the level is held because the reward falls (:func:`falls`, in :func:`_attach_forecast`)
         peak = best_of_3(p.y)[1]
         why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); Eq. 1 cannot fall")
-    elif r.model == "sigmoid" and r.R0_fixed and r.A >= r.R0 and (
-            (tail := float(np.mean(p.y[-max(3, p.y.size // 4):]))) < r.R0 - START_NOISE * step_noise(p.y)):
+    elif r.model == "sigmoid" and r.R0_fixed and r.A >= r.R0:
         # a run that falls from its first evaluation on (a validation set that declines while another domain
         # trains): falls() reads a steady fall's successive differences as noise, and the fit pins A at R0; but
         # with A ≥ R0 the law never goes below the reward at compute 0, and the window's last quarter is well below
-        why.append(f"the reward (last quarter {tail:.3f}) has fallen below its value at compute 0 ({r.R0:.3f}); "
-                   "Eq. 1 cannot fall")
+        tail = float(np.mean(last_quarter(p.y)))
+        if tail < r.R0 - START_NOISE * step_noise(p.y):
+            why.append(f"the reward (last quarter {tail:.3f}) has fallen below its value at compute 0 ({r.R0:.3f}); "
+                       "Eq. 1 cannot fall")
     return why
 
 
@@ -561,8 +567,7 @@ def _reached_bound(p: vp.Problem, q: vp.Params, bound: float) -> bool:
     reaches the bound only by extrapolating from well below keeps its top open."""
     resid = p.y - sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
     rmse = float(np.sqrt(np.mean(resid**2)))
-    tail = p.y[-max(3, p.y.size // 4):]
-    return float(np.mean(tail)) + REACHED_NOISE * rmse >= bound
+    return float(np.mean(last_quarter(p.y))) + REACHED_NOISE * rmse >= bound
 
 
 def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, bool] = (False, False)) -> str:

@@ -172,18 +172,11 @@ class ForecastCallback(TrainerCallback):
 
     def _no_fit_reason(self) -> str:
         """Why the forecaster has no fit: too few points, or the fit's own one-line error (e.g. a metric outside
-        [0, 1] while ``bounded``, a constant metric)."""
-        from scalerl import curves
-
+        [0, 1] while ``bounded``, a constant metric), as the forecaster's last fit left it."""
         f = self.forecaster
         if len(f.x) < f.cfg.min_points:
             return f"fewer than {f.cfg.min_points} points"
-        try:
-            curves.fit_curve(f.x, f.y, fit_from=f.cfg.fit_from, ci=False, x_name=f.x_name, y_name=f.y_name,
-                             bounded=f.bounded)
-        except curves.FitError as e:
-            return str(e)
-        return "the fit failed"
+        return f.last_error or "the fit failed"
 
     def _budget(self, args: Any, state: Any, x: float) -> float:
         if self.budget is not None:
