@@ -33,23 +33,33 @@ def _clean(value: Any) -> Any:
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, tensorboard: bool = True, purge_step: int | None = None) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True,
+                 resume: tuple[int, int | None] | None = None) -> None:
+        """``resume``: ``(last_step, evals)`` of the checkpoint a resumed run starts from (``-1, 0`` without one):
+        the lines it does not know are cut first (:meth:`truncate`; the evaluations cut that the run makes again
+        are in :attr:`unlogged`), then TensorBoard purges from the first step cut and replays what is kept after
+        it (:meth:`replay_tensorboard`)."""
         self.dir = Path(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.writer = None
+        self.unlogged: list[int] = []
+        purge_step = None
+        if resume is not None:
+            last_step, evals = resume
+            self.unlogged = self.truncate(last_step, evals)
+            purge_step = min([last_step + 1, *self.unlogged])
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=purge_step)
+            if resume is not None:
+                self.replay_tensorboard(purge_step, resume[0])
 
     def log(self, record: dict[str, Any]) -> None:
         clean = {k: _clean(v) for k, v in record.items()}
         self._append(METRICS, clean)
         if self.writer is not None:
-            step = int(record["step"])
-            for key, value in clean.items():
-                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self.writer.add_scalar(key, value, step)
+            self._scalars(clean)
 
     def consumed(self, step: int, problem_ids: list[str]) -> None:
         self._append(CONSUMED, {"step": step, "problem_ids": problem_ids})
@@ -67,6 +77,24 @@ class RunLog:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+
+    def replay_tensorboard(self, first: int, last: int) -> None:
+        """Write the kept metrics lines of steps ``first..last`` to TensorBoard again. A resumed run's writer purges
+        every event from ``first`` on (``purge_step``): from the step after its checkpoint, or from an evaluation
+        logged after the checkpoint, which the run makes again; the lines ``metrics.jsonl`` keeps for those steps
+        come back here, so TensorBoard holds what the metrics hold, each once."""
+        if self.writer is None:
+            return
+        for record in read_metrics(self.dir):
+            step = record.get("step")
+            if isinstance(step, int) and first <= step <= last:
+                self._scalars(record)
+
+    def _scalars(self, record: dict[str, Any]) -> None:
+        step = int(record["step"])
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.writer.add_scalar(key, value, step)
 
     def truncate(self, last_step: int, evals: int | None = None) -> list[int]:
         """Drop metric and consumed lines of steps after ``last_step`` (and a trailing partial line). With
@@ -144,9 +172,12 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
         with atomic_path(path) as tmp:
             torch.save(payload, tmp)
         # the pointer too: a disk too full for these few bytes is the same one line, ``latest`` still naming the
-        # checkpoint before (the new file is complete; --resume takes ``latest``'s)
+        # checkpoint before
         write_text(pointer, path.name + "\n")
     except (OSError, RuntimeError) as exc:
+        # a complete file whose pointer could not be written goes too: the error says the step's checkpoint was
+        # not written, and a resume (which takes a checkpoint newer than ``latest``) starts where it says
+        path.unlink(missing_ok=True)
         raise CheckpointNotWritten(
             f"could not write the checkpoint of step {step} in {ckpt_dir} ({_reason(exc)}; "
             f"{_free_mib(ckpt_dir)} MiB free there); {_resume_hint(ckpt_dir)}") from exc
@@ -155,13 +186,19 @@ def save_checkpoint(run_dir: Path, step: int, payload: dict[str, Any]) -> Path:
     return path
 
 
+def _step_of(name: str) -> int | None:
+    """The step a checkpoint's file name holds (``step_0000040.pt``: 40), or None for another name."""
+    digits = name.removeprefix("step_").removesuffix(".pt")
+    return int(digits) if name.startswith("step_") and name.endswith(".pt") and digits.isdigit() else None
+
+
 def checkpoint_files(run_dir: Path) -> dict[int, Path]:
     """The run's checkpoints by step (the last ``KEEP`` steps a run wrote; ``step_0000040.pt`` is step 40)."""
     files = {}
     for path in (Path(run_dir) / CKPT_DIR).glob("step_*.pt"):
-        digits = path.stem.removeprefix("step_")
-        if digits.isdigit():
-            files[int(digits)] = path
+        step = _step_of(path.name)
+        if step is not None:
+            files[step] = path
     return dict(sorted(files.items()))
 
 
@@ -183,20 +220,27 @@ def _try_load(path: Path) -> dict[str, Any] | None:
 
 
 def load_latest_checkpoint(run_dir: Path) -> dict[str, Any] | None:
-    """The checkpoint ``latest`` names; when it is missing or unreadable (a crash, a disk filling up), the newest
-    readable ``step_*.pt``, with a warning. None when the run never wrote a checkpoint; a UserError when it wrote
-    some and none can be read."""
+    """The newest readable checkpoint: the one ``latest`` names, or a newer ``step_*.pt`` (a checkpoint file
+    appears only complete, under its final name, so one newer than the pointer is a run stopped between writing
+    it and its pointer: resuming from it retrains nothing); when the named one is missing or unreadable (a crash,
+    a disk filling up), the newest readable older one, with a warning. None when the run never wrote a
+    checkpoint; a UserError when it wrote some and none can be read."""
     ckpt_dir = Path(run_dir) / CKPT_DIR
     pointer = ckpt_dir / LATEST
     named = pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else ""
-    files = sorted(ckpt_dir.glob("step_*.pt"), reverse=True)
+    files = sorted(checkpoint_files(run_dir).items(), reverse=True)  # newest first
     if not named and not files:
         return None
-    candidates = ([ckpt_dir / named] if named else []) + [f for f in files if f.name != named]
+    at = _step_of(named)
+    newer = [f for step, f in files if at is not None and step > at]
+    candidates = newer + ([ckpt_dir / named] if named else []) + [f for _, f in files if f not in newer and f.name != named]
     for path in candidates:
         payload = _try_load(path)
         if payload is not None:
-            if path.name != named:
+            if path in newer:
+                print(f"note: resuming from {path.name}, newer than the {named} the latest pointer names (the run "
+                      "stopped between writing the checkpoint and its pointer)", file=sys.stderr)
+            elif path.name != named:
                 print(f"warning: checkpoint {named or '(latest pointer)'} missing or unreadable; resuming from "
                       f"{path.name}", file=sys.stderr)
             return payload

@@ -190,3 +190,29 @@ def test_parallel_runs_end_with_the_sweep_that_started_them(tmp_path, sig):
         for p in pids:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def test_an_interrupted_parallel_sweep_leaves_a_run_that_never_started_pending(tmp_path):
+    """--jobs 2 with three runs: the pool hands the third run's call to a worker's queue before a worker is free
+    (so it cannot be cancelled), yet it never starts. Interrupted, the sweep marked it ``interrupted`` as if it had
+    run; it is ``pending`` (the two running ones ``interrupted``)."""
+    (tmp_path / "slowrun.py").write_text(SLOW_RUN)
+    spec = _spec(tmp_path, "runs: {a: [seed=1], b: [seed=2], c: [seed=3]}\n")
+    out = tmp_path / "s"
+    code = DRIVER.format(tmp=str(tmp_path), spec=str(spec), fast=FAST, out=str(out))
+    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    pids: list[int] = []
+    try:
+        assert _wait(lambda: all((out / n / "pid").exists() and (out / n / "pid").read_text() for n in "ab"))
+        pids = [int((out / n / "pid").read_text()) for n in "ab"]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        statuses = {r["name"]: r["status"] for r in json.loads((out / INDEX).read_text())["runs"]}
+        assert statuses == {"a": "interrupted", "b": "interrupted", "c": "pending"}
+        assert not (out / "c").exists()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

@@ -248,11 +248,18 @@ def threads_per_job(jobs: int) -> int:
 PARENT_POLL_S = 0.5  # how often a pool worker checks that the sweep that started it is still alive
 
 
-def _exit_with_parent(parent: int) -> None:
+_started: Any = None  # in a pool worker: the queue on which it names each run as it starts it
+
+
+def _exit_with_parent(parent: int, started: Any = None) -> None:
     """Pool worker initializer: end this worker once the sweep process that started it is gone (killed with
     SIGKILL, say). A run left going on its own would race the rerun that resumes it in the same directory
-    (both appending to its ``metrics.jsonl``). The run is interrupted as if killed, and resumed next time."""
+    (both appending to its ``metrics.jsonl``). The run is interrupted as if killed, and resumed next time.
+    ``started``: the queue :func:`_run_in_worker` names its runs on."""
     import threading
+
+    global _started
+    _started = started
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -262,6 +269,21 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="sweep-parent-watch", daemon=True).start()
 
 
+def _run_in_worker(i: int, run: PlannedRun, cfg: RunConfig, out: Path, run_fn: RunFn) -> RunRecord:
+    """:func:`run_one` in a pool worker, first telling the sweep that run ``i`` has started (the pool hands a
+    worker's next call over before it starts it, so a call the pool cannot cancel may never have started)."""
+    if _started is not None:
+        _started.put(i)
+    return run_one(run, cfg, out, run_fn, False)
+
+
+def _drain(queue: Any) -> set[int]:
+    out = set()
+    while not queue.empty():
+        out.add(queue.get())
+    return out
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """End the pool's workers now: on an interruption of the sweep the runs in them are interrupted (resumed next
     time) instead of the interrupted sweep waiting for them, or for runs already handed to a worker, to finish."""
@@ -269,9 +291,12 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     if callable(terminate):
         terminate()
         return
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for proc in procs:
         if proc.is_alive():
             proc.terminate()
+    for proc in procs:
+        proc.join(timeout=5)
 
 
 def run_parallel(
@@ -293,8 +318,9 @@ def run_parallel(
     configs, records = _plan_records(sweep, out, write)
     n, threads = len(records), threads_per_job(jobs)
     ctx = multiprocessing.get_context("spawn")
+    started = ctx.SimpleQueue()
     with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=_exit_with_parent,
-                             initargs=(os.getpid(),)) as pool:
+                             initargs=(os.getpid(), started)) as pool:
         futures = {}  # future -> position of its run in the plan
         for i, (run, rec) in enumerate(zip(sweep.runs, records)):
             if rec.action == "skip":
@@ -304,7 +330,7 @@ def run_parallel(
             if cfg.threads is None:
                 cfg = cfg.model_copy(update={"threads": threads})
             # no progress display in a worker (several would interleave); pending until it finishes
-            futures[pool.submit(run_one, run, cfg, out, run_fn, False)] = i
+            futures[pool.submit(_run_in_worker, i, run, cfg, out, run_fn)] = i
         write(records)
         console.print(f"{len(futures)} run(s), {jobs} at a time, {threads} thread(s) each")
         try:
@@ -318,11 +344,13 @@ def run_parallel(
                 write(records)
                 _report(console, i + 1, n, records[i])
         except BaseException:
-            for future, i in futures.items():
-                if not future.done() and not future.cancel():
-                    records[i].status = "interrupted"  # it had started; a cancelled one never did: pending
+            handed = [i for future, i in futures.items() if not future.done() and not future.cancel()]
+            _stop_workers(pool)  # before reading which of them started: none starts after
+            begun = _drain(started)
+            for i in handed:
+                if i in begun:
+                    records[i].status = "interrupted"  # it had started; one that never did stays pending
             write(records)
-            _stop_workers(pool)
             pool.shutdown(wait=False, cancel_futures=True)
             raise
     return records

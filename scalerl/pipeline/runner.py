@@ -192,13 +192,17 @@ def _run(
     evaluation = build_evaluation(cfg, bundle, eval_model, task, downstream)
     if ckpt is not None:
         state.load(ckpt)
-    log = RunLog(out, tensorboard=cfg.tensorboard, purge_step=state.step + 1 if resume else None)
-    unlogged: list[int] = []  # evaluations logged after the checkpoint was written: not in its live forecast
-    if resume:  # the lines the checkpoint knows: its steps, and the evaluations its live forecast holds
-        unlogged = log.truncate(state.step if ckpt is not None else -1,
-                                evals=len(state.forecaster.x) if ckpt is not None else 0)
-
+    # the generators first: a backend that cannot start (a Ray cluster out of reach) leaves no run directory
     backend = make_backend(cfg, schedule, ranks.weights(model), trainer.version, task=task, threads=gen_threads)
+    try:
+        # resumed: the lines the checkpoint knows are kept (its steps, and the evaluations its live forecast
+        # holds); ``log.unlogged``: evaluations logged after the checkpoint was written, not in its live forecast
+        log = RunLog(out, tensorboard=cfg.tensorboard,
+                     resume=((state.step, len(state.forecaster.x)) if ckpt is not None else (-1, 0)) if resume else None)
+    except BaseException:
+        backend.close()
+        raise
+    unlogged = log.unlogged
     write_text(out / "config.yaml", to_yaml(cfg))  # only once everything has started: no half-made run dir
     for batch in state.ready:
         backend.put_ready(batch)
