@@ -95,6 +95,9 @@ class BuiltinEngine(DecodeEngine):
         return self.model.get_output_embeddings().weight.device
 
     def _max_new(self, length: LengthControl | None, prompt_len: int) -> int:
+        """``length``'s cap, or what the context leaves after the longest prompt (0 when it fills the context);
+        a UserError when the prompts and the cap do not fit the context."""
+        self.model.check_length(prompt_len)
         max_new = length.max_new_tokens if length is not None else self.model.cfg.max_seq_len - prompt_len
         self.model.check_length(prompt_len + max_new)
         return max_new

@@ -115,10 +115,13 @@ class DecodeEngine(InFlightWeights, ABC):
         gen: torch.Generator,
         weight_source: WeightSource | None,
     ) -> int:
-        """Decode until every sequence is done; returns the number of decode steps."""
+        """Decode until every sequence is done; returns the number of decode steps (0 when ``run.max_new`` is 0:
+        the prompts fill the context, and the runtime has already cut every sequence)."""
         n_seq, pad_id = run.lengths.numel(), self.tokenizer.pad_id
         rows = torch.arange(n_seq, device=logits.device)  # the sequence in each row of the model's batch
+        steps = 0
         for t in range(run.max_new):
+            steps = t + 1
             sampled = draw(logits, rows, n_seq, gen)
             tok = torch.full((n_seq,), pad_id, dtype=torch.long, device=logits.device).index_copy_(0, rows, sampled)
             lp = torch.zeros(n_seq, dtype=torch.float32, device=logits.device).index_copy_(
@@ -134,4 +137,4 @@ class DecodeEngine(InFlightWeights, ABC):
                 batch.keep(kept)
             self._poll(weight_source)
             logits = batch.step(tok[rows], t)
-        return t + 1
+        return steps

@@ -110,6 +110,9 @@ class LengthRuntime:
         self.logprobs = torch.zeros(n_seq, max_new, dtype=torch.float32, device=device)
         self.forced = torch.zeros(n_seq, max_new, dtype=torch.bool, device=device)
         self.versions = torch.full((n_seq, max_new), -1, dtype=torch.long, device=device)
+        if max_new <= 0:  # no room for a token (a prompt that fills the context): each row is cut at the hard cap
+            self.truncated |= True
+            self.done |= True
 
     def step(
         self,

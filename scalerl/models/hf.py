@@ -66,10 +66,34 @@ def _require(*modules: str, fix: str) -> None:
 # ---------------------------------------------------------------------------------------------- tokenizer
 
 
+class ChatPrompt(str):
+    """A prompt rendered by :func:`format_prompt`: the text itself, plus ``parts``, the pieces it is made of, each
+    ``(text, is_content)``: True for the messages' own text (the task prompt, the system message), False for
+    what the chat template wrote around them (its turn markers, the ``<think>`` opener).
+
+    :meth:`HFTokenizer.encode` makes special tokens only from the template's pieces, so a task prompt that spells
+    an end-of-turn marker cannot forge one. Any ``str`` operation on it gives a plain ``str`` (all content)."""
+
+    parts: tuple[tuple[str, bool], ...]
+
+    def __new__(cls, parts: tuple[tuple[str, bool], ...]) -> "ChatPrompt":
+        prompt = super().__new__(cls, "".join(text for text, _ in parts))
+        prompt.parts = tuple(parts)
+        return prompt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return ChatPrompt, (self.parts,)
+
+
 class HFTokenizer:
     """A transformers tokenizer behind the ``scalerl.models.base.Tokenizer`` protocol.
 
-    ``encode`` adds no special tokens; ``bos_id`` is the tokenizer's BOS only when the tokenizer itself puts it
+    ``encode`` adds no special tokens and makes none from text: a text that spells one (``<|im_end|>``,
+    ``<|endoftext|>``) is encoded as the characters it is, as the built-in tokenizer does, so a task prompt or a
+    dataset cannot end a turn or a sequence by spelling it. Only the chat template's own markers in a
+    :class:`ChatPrompt` (what :func:`format_prompt` returns) become special tokens; a prompt whose text spells
+    none is encoded exactly as one whole string.
+    ``bos_id`` is the tokenizer's BOS only when the tokenizer itself puts it
     in front of a text (Llama-2 style), else ``None`` (SmolLM2: its chat template starts with ``<|im_start|>``).
     ``pad_id`` falls back to EOS: prompts are padded with an attention mask, so the id never matters.
     ``decode`` drops special tokens, so a completion's text has no end-of-turn marker in it."""
@@ -85,29 +109,80 @@ class HFTokenizer:
         bos = hf_tokenizer.bos_token_id
         adds_bos = bos is not None and hf_tokenizer("a")["input_ids"][:1] == [bos]
         self.bos_id: int | None = int(bos) if adds_bos else None
+        decoder = getattr(hf_tokenizer, "added_tokens_decoder", {}) or {}
+        self.special_texts: tuple[str, ...] = tuple(sorted(
+            {t.content for t in decoder.values() if getattr(t, "special", False)}
+            | set(getattr(hf_tokenizer, "all_special_tokens", []))
+        ))
+
+    def _spells_special(self, text: str) -> bool:
+        return any(special in text for special in self.special_texts)
 
     def encode(self, text: str) -> list[int]:
-        return list(self.hf.encode(text, add_special_tokens=False))
+        """Token ids of ``text``, no special token added or made from its text (see the class docstring)."""
+        parts = text.parts if isinstance(text, ChatPrompt) else None
+        if parts is None:
+            if not self._spells_special(text):
+                return list(self.hf.encode(text, add_special_tokens=False))
+            return list(self.hf.encode(text, add_special_tokens=False, split_special_tokens=True))
+        if not any(content and self._spells_special(piece) for piece, content in parts):
+            return list(self.hf.encode(str(text), add_special_tokens=False))  # the template's markers are special
+        ids: list[int] = []
+        for piece, content in parts:
+            if piece:
+                ids += self.hf.encode(piece, add_special_tokens=False, split_special_tokens=content)
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=True)
 
 
-def format_prompt(tokenizer: Any, text: str, system: str | None = None, think: bool = False) -> str:
+_MARKS = ("\x00scalerl-system\x00", "\x00scalerl-user\x00")
+
+
+def _chat_parts(hf: Any, system: str | None, text: str) -> tuple[tuple[str, bool], ...]:
+    """The chat template's rendering of ``system`` and ``text`` as ``ChatPrompt`` parts: the template is rendered
+    once with the messages and once with markers in their place, and the markers show where the messages' text
+    is. A template that rewrites the text beyond trimming it (where the two renderings do not line up) gives
+    one template part, as the whole rendering was encoded before."""
+
+    def render(sys_text: str | None, user_text: str) -> str:
+        messages = [{"role": "system", "content": sys_text}] if sys_text else []
+        return hf.apply_chat_template(messages + [{"role": "user", "content": user_text}], tokenize=False,
+                                      add_generation_prompt=True)
+
+    full = render(system, text)
+    skeleton = render(_MARKS[0] if system else None, _MARKS[1])
+    for fill in ((system or "", text), ((system or "").strip(), text.strip())):
+        parts: list[tuple[str, bool]] = []
+        rest = skeleton
+        for mark, content in zip(_MARKS, fill):
+            if mark in rest:
+                before, rest = rest.split(mark, 1)
+                parts += [(before, False), (content, True)]
+        parts.append((rest, False))
+        if "".join(piece for piece, _ in parts) == full:
+            return tuple(parts)
+    return ((full, False),)
+
+
+def format_prompt(tokenizer: Any, text: str, system: str | None = None, think: bool = False) -> ChatPrompt:
     """``text`` as a user turn through the tokenizer's chat template, ending with the assistant header
     (``add_generation_prompt=True``). ``think=True`` asks for reasoning inside ``<think>...</think>`` (appended to
     the system message) and opens the ``<think>`` block, so the completion is thinking, ``</think>``, answer;
     an over-long thought is cut by the engine's interruption (§2, App. A.10). A tokenizer without a chat template gets
-    the plain text (system message first)."""
+    the plain text (system message first). The result is a :class:`ChatPrompt`: a ``str`` that also says which of
+    its characters are the messages' text, so that encoding it makes special tokens only of the template's."""
     hf = getattr(tokenizer, "hf", tokenizer)
     if think:
         system = f"{system}\n{THINK_SYSTEM_PROMPT}" if system else THINK_SYSTEM_PROMPT
     if getattr(hf, "chat_template", None) is None:
-        prompt = f"{system}\n\n{text}\n" if system else text
+        parts: tuple[tuple[str, bool], ...] = (
+            ((system, True), ("\n\n", False), (text, True), ("\n", False)) if system else ((text, True),)
+        )
     else:
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        prompt = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return prompt + (f"{THINK_START}\n" if think else "")
+        parts = _chat_parts(hf, system, text)
+    return ChatPrompt(parts + (((f"{THINK_START}\n", False),) if think else ()))
 
 
 # ------------------------------------------------------------------------------------------------- policy

@@ -78,7 +78,11 @@ def hf_char_tokenizer(tok: CharTokenizer | None = None):  # -> transformers.PreT
     """The built-in tokenizer as a ``PreTrainedTokenizerFast``: same ids, same greedy longest match (a split
     regex whose alternatives are the multi-character tokens, longest first, then any single character), BOS
     added in front like ``encode_prompt``, decoding by plain concatenation. ``save_pretrained`` writes it as
-    ``tokenizer.json``, which ``AutoTokenizer`` loads with nothing from scalerl imported."""
+    ``tokenizer.json``, which ``AutoTokenizer`` loads with nothing from scalerl imported.
+
+    Like :meth:`CharTokenizer.encode`, it never makes ``<pad>``/``<bos>``/``<eos>`` from text
+    (``split_special_tokens``, saved in ``tokenizer_config.json``): a prompt that spells ``<eos>`` is characters,
+    not an end of sequence the policy never saw; only the post-processor's BOS is special."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
@@ -89,4 +93,5 @@ def hf_char_tokenizer(tok: CharTokenizer | None = None):  # -> transformers.PreT
     core.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     core.decoder = decoders.Fuse()
     core.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, tok.bos_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS)
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS,
+                                   split_special_tokens=True)
