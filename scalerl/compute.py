@@ -8,7 +8,8 @@ generation and training alternate. The meter counts the same way for every sched
   holds (the trainer's ranks and the backend's generators; ``devices`` in the config overrides it). The wall
   clock runs from the first training step to the last; evaluation and checkpoint pauses are left out, for every
   schedule and backend alike (the curves are training compute, and how often one evaluates is not part of a
-  recipe). No training work falls in that time: while the loop waits for an evaluation the generators are held
+  recipe). A resumed run continues the count: the device-seconds metered before the checkpoint stay as they were
+  (at the devices held then), and only the wall clock after it is charged at the devices this run holds. No training work falls in that time: while the loop waits for an evaluation the generators are held
   (``RunLoop.paused``: they start no batch, and a batch under way that the trainer needs next is waited for,
   metered, before the pause), and a checkpoint's wait for the trainer's next batch is metered (the rest of it,
   and the writing, is a pause). Start-up (model build, warm-up, generator start) is not counted either.
@@ -44,6 +45,10 @@ class ComputeMeter:
     gen_tokens: int = 0  # prompt + completion tokens processed by the generators
     trained_tokens: int = 0  # tokens of the sequences the trainer kept
     tokens: int = 0  # completion tokens generated
+    # device-seconds metered before this run's devices took over (a resumed run's checkpoint), and the wall
+    # clock they cover: that part of the wall clock is not charged again at this run's device count
+    past_device_seconds: float = 0.0
+    past_wall_seconds: float = 0.0
     clock: Callable[[], float] = field(default=time.perf_counter, repr=False, compare=False)
     _interval: Stopwatch = field(init=False, repr=False, compare=False)  # the running interval of the clock
 
@@ -93,10 +98,18 @@ class ComputeMeter:
         self.train_seconds += max(0.0, seconds)
         self.trained_tokens += trained_tokens
 
+    def _device_seconds(self, wall: float) -> float:
+        """Device-seconds for a training wall clock of ``wall``: the past run's as metered, the rest × ``devices``."""
+        return self.past_device_seconds + self.devices * max(0.0, wall - self.past_wall_seconds)
+
+    @property
+    def device_seconds(self) -> float:
+        return self._device_seconds(self.wall)
+
     @property
     def device_hours(self) -> float:
         """Every device the run holds × the training wall clock (App. A.3)."""
-        return self.devices * self.wall / 3600.0
+        return self.device_seconds / 3600.0
 
     @property
     def flops(self) -> float:
@@ -105,7 +118,7 @@ class ComputeMeter:
     def metrics(self) -> dict[str, float]:
         wall = self.wall  # one reading of a running clock for both keys
         return {
-            "compute/device_hours": self.devices * wall / 3600.0,
+            "compute/device_hours": self._device_seconds(wall) / 3600.0,
             "compute/flops": self.flops,
             "compute/tokens": float(self.tokens),
             "compute/wall_s": wall,
@@ -115,10 +128,17 @@ class ComputeMeter:
 
     def state_dict(self) -> dict[str, float]:
         """The metered totals (a running interval is metered up to now)."""
-        return {**{k: getattr(self, k) for k in STATE_FIELDS}, "wall_seconds": self.wall}
+        wall = self.wall
+        return {**{k: getattr(self, k) for k in STATE_FIELDS}, "wall_seconds": wall,
+                "device_seconds": self._device_seconds(wall)}
 
     def load_state_dict(self, state: dict[str, float]) -> None:
-        """Restore the totals; ``devices`` stays this run's (a resumed run may run on other devices)."""
+        """Restore the totals; ``devices`` stays this run's (a resumed run may run on other devices): the
+        device-seconds metered so far are kept as they were, and only what follows is charged at ``devices``."""
         for key in STATE_FIELDS:
             if key in state and key != "devices":
                 setattr(self, key, type(getattr(self, key))(state[key]))
+        wall = float(state.get("wall_seconds", 0.0))
+        held = int(state.get("devices", self.devices))  # a checkpoint from before device_seconds was saved
+        self.past_device_seconds = float(state.get("device_seconds", held * wall))
+        self.past_wall_seconds = wall

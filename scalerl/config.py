@@ -13,6 +13,8 @@ nothing and imports no torch. The trainer never sees a recipe name.
 from __future__ import annotations
 
 import re
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -31,9 +33,28 @@ CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
 
 
+def _numeric(annotation: Any) -> bool:
+    """Is ``annotation`` a number type (``int``, ``float``, optionally ``None`` or a schedule list beside it)?"""
+    if typing.get_origin(annotation) is Annotated:
+        return _numeric(typing.get_args(annotation)[0])
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_numeric(a) for a in typing.get_args(annotation))
+    return annotation in (int, float)
+
+
 class Strict(BaseModel):
     # NaN and ±inf make no sense in any field (a rate, a budget, a reward): refused where they are read
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """``steps: yes`` or ``--set optim.lr=true`` is a mistake, not 1 (pydantic would take it as 1), as in the
+        registries' params (``scalerl/schema.py``)."""
+        field = cls.model_fields.get(str(info.field_name))
+        if isinstance(value, bool) and field is not None and _numeric(field.annotation):
+            raise ValueError("must be a number, not true/false")
+        return value
 
 
 class Named(Strict):
@@ -394,6 +415,19 @@ class RunConfig(Strict):
         check_names(self)
         return self
 
+    @model_validator(mode="after")
+    def _consistent(self) -> "RunConfig":
+        """Fields that contradict each other. No-Positive-Resampling judges a prompt on the samples of one epoch,
+        which serves it once, with ``batch.generations`` samples (§3.2, Fig. 6b): a ``min_samples`` above that
+        would never retire anything, silently making the curriculum uniform sampling."""
+        need = getattr(self.algo.curriculum.params, "min_samples", None)
+        if need is not None and need > self.batch.generations:
+            raise ValueError(
+                f"algo.curriculum.params.min_samples: must be <= batch.generations ({self.batch.generations}): "
+                f"a prompt gets that many samples an epoch, and No-Positive-Resampling judges one epoch, got {need}"
+            )
+        return self
+
 
 def check_names(cfg: RunConfig) -> None:
     """Every registry name known and every params mapping valid for its entry, against the typed schemas
@@ -410,6 +444,9 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     msg = err["msg"].removeprefix("Value error, ")
+    head = msg.split(": ", 1)[0]
+    if not err["loc"] and ": " in msg and all(part.isidentifier() for part in head.split(".")):
+        loc, msg = msg.split(": ", 1)  # a check across sections names its field itself ("a.b.c: <problem>")
     if err["type"] == "extra_forbidden":
         msg = "unknown field (see 'scalerl presets --show scalerl' for every field)"
     elif err["type"] not in ("missing",) and not isinstance(err.get("input"), (dict, list)):
@@ -421,24 +458,45 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
 def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """``over`` on top of ``base``, section by section.
 
-    A registry section (``{name, params}``) whose ``name`` changes is replaced whole: the old implementation's
-    params mean nothing to the new one (``--set algo.loss.name=dapo`` must not keep CISPO's ``eps_max``).
+    A section whose ``name`` changes loses its ``params``: the old implementation's params mean nothing to the
+    new one (``--set algo.loss.name=dapo`` must not keep CISPO's ``eps_max``; a registry section ``{name,
+    params}`` is thus replaced whole). Its other fields are the section's own, not the implementation's, and
+    stay (``--set task.name=strings`` keeps ``task.n_train``; ``model.name``, ``model.dtype``).
     Within one implementation, ``params`` merge key by key."""
     out = dict(base)
     for key, value in over.items():
         old = out.get(key)
         if isinstance(value, dict) and isinstance(old, dict):
-            renamed = "name" in value and value["name"] != old.get("name")
-            out[key] = dict(value) if renamed else _deep_merge(old, value)
+            if "name" in value and value["name"] != old.get("name"):
+                old = {k: v for k, v in old.items() if k != "params"}
+            out[key] = _deep_merge(old, value)
         else:
             out[key] = value
     return out
 
 
+class YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, with YAML 1.2's floats: ``1e-4`` and ``5E+3`` are numbers (YAML 1.1, PyYAML's, needs a
+    dot and a signed exponent, ``1.0e-4``, and reads ``1e-4`` as the *string* "1e-4", which the registries' params
+    then refuse: ``--set algo.loss.params.eps_low=3e-3``)."""
+
+
+YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+.0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` read as YAML by :class:`YamlLoader` (safe: plain data only)."""
+    return yaml.load(text, Loader=YamlLoader)  # noqa: S506 (a SafeLoader)
+
+
 def read_yaml(path: Path, what: str = "config file") -> dict[str, Any]:
     text = read_user_text(path, what)
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(text) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -508,7 +566,7 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     if not all(path):
         raise UserError(f"--set {item!r}: the key must be dotted field names, e.g. --set schedule.k=4")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
     except (ValueError, RecursionError) as exc:  # a 5000-digit integer, nesting deeper than the parser's stack

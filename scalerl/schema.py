@@ -195,6 +195,11 @@ class LengthPenaltyParams(NoLengthParams):
     def _consistent(self) -> "LengthPenaltyParams":
         if self.l_cache > self.l_max:
             raise ValueError(f"l_cache: must be <= l_max ({self.l_max}), got {self.l_cache}")
+        # Eq. 9's L_max is the generation budget (14k, A.3): past the hard cap no completion is ever penalised
+        # in full, and with l_max - l_cache >= max_new_tokens not at all
+        if self.l_max > self.max_new_tokens:
+            raise ValueError(f"l_max: must be <= max_new_tokens ({self.max_new_tokens}), the hard cap on a "
+                             f"completion (Eq. 9: L_max is the generation budget), got {self.l_max}")
         return self
 
 
