@@ -384,6 +384,9 @@ def _print_comparison(result: Any) -> None:
     from scalerl.curves.plot import short_name
 
     table = Table(title=f"Ranking (App. A.5, A.8): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
+    if any(not r.identified for r in result.ranked):  # compare.py: placed by the lower end of A, not ranked by it
+        table.caption = ("* A not identified: placed by the lower end of its interval (A ≥ that), never tied, not "
+                         "ranked by its fitted A")
     cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A",
             "beats ruler")
     for col in cols:
@@ -392,7 +395,7 @@ def _print_comparison(result: Any) -> None:
         tied = r.group_A is not None
         add_row(
             table,
-            str(r.rank),
+            str(r.rank) + ("" if r.identified else "*"),
             short_name(r.fit.source),
             r.fit.format_A(),
             _interval(r.fit),

@@ -7,7 +7,16 @@
 
 Ties are grouped greedily down the A ranking: a group starts at its highest-A run and takes every following run
 within ``margin`` of that run's A. For the linearised figure (Fig. 7) every run is also refitted at the mean A of
-all runs, so that the slopes B are comparable on one plot.
+all (identified) runs, so that the slopes B are comparable on one plot.
+
+A run whose A is not identified (``FitResult.identified`` False: it has not passed Cmid, or its interval is open at
+the top) has no estimate of A to rank by, only a lower bound: the lower end of its interval. Ranking it by its fitted
+A (where the search stopped, often the bound A = 1) would put a run still on the rise above runs that measured their
+ceiling. So only identified runs are ranked by the rule above; an unidentified run is placed by its lower end, above an
+identified group only when that lower end beats the group's A by more than the margin (the data already show it is
+higher), else after it, never tied, with ``Ranked.basis`` saying so. The common A of the linearised figure is the mean
+over the identified runs (over all runs when none is). Equal keys are broken by the run's source, so the ranking does
+not depend on the order the runs are given in.
 """
 
 from __future__ import annotations
@@ -21,6 +30,36 @@ from scalerl.curves.fit import FitResult, fit_curve
 from scalerl.errors import UserError
 
 DEFAULT_MARGIN = 0.02  # App. A.5: the error margin on A
+MARGIN_TOL = 1e-9  # A values are differences of floats: 0.63 - 0.61 is 0.020000000000000018, still "within 0.02"
+
+RANKED_BY_A = "A"
+RANKED_BY_B = "B at the tie's mean A"
+RANKED_BY_BOUND = "lower end of A (A not identified)"
+
+
+def within_margin(d: float, margin: float = DEFAULT_MARGIN) -> bool:
+    """Whether a difference ``d`` in A is within the error margin, i.e. treated as equal (App. A.5: "±0.02"); the
+    boundary itself is within, up to float rounding (:data:`MARGIN_TOL`)."""
+    return abs(d) <= margin + MARGIN_TOL
+
+
+def lower_end(fit: FitResult) -> float:
+    """What the data show of A: the estimate when identified, else the lower end of its interval (``-inf`` when the
+    interval is open below or was not computed: the data bound nothing)."""
+    if fit.identified:
+        return float(fit.A)
+    lo = fit.A_ci[0] if fit.A_ci is not None else None
+    return float(lo) if lo is not None and np.isfinite(lo) else -np.inf
+
+
+def _finite(v: float | None) -> float | None:
+    """``v`` for JSON (``allow_nan=False``): None for a missing, NaN or infinite value."""
+    return float(v) if v is not None and np.isfinite(v) else None
+
+
+def _or_worst(v: float, worst: float) -> float:
+    """A sort key that puts a NaN (e.g. the power law's Cmid without R0) where it cannot win."""
+    return float(v) if np.isfinite(v) else worst
 
 
 def refit_at(fit: FitResult, A: float) -> FitResult:
@@ -56,6 +95,12 @@ class Ranked:
     group: int  # runs in one group have A within the margin of the group's first run
     group_A: float | None = None  # the mean A the group was refitted at (None for a group of one)
     refit: FitResult | None = None  # the refit at group_A
+    basis: str = RANKED_BY_A  # what placed it: A, B at the tie's mean A, or the lower end of an unidentified A
+
+    @property
+    def identified(self) -> bool:
+        """Whether the run's A is identified; if not, it was placed by the lower end of A (:data:`RANKED_BY_BOUND`)."""
+        return bool(self.fit.identified)
 
 
 @dataclass
@@ -65,31 +110,37 @@ class Comparison:
     common_A: float
     common_fits: list[FitResult]  # every run refitted at common_A (for the linearised figure)
     warnings: list[str] = field(default_factory=list)
+    common_pairs: list[tuple[FitResult, FitResult]] = field(default_factory=list)  # (fit, its refit at common_A)
 
     def to_json(self) -> dict[str, Any]:
         rows = []
+        at_common = {id(f): c for f, c in self.common_pairs}
         for r in self.ranked:
+            common = at_common.get(id(r.fit))
             rows.append(
                 {
                     "rank": r.rank,
                     "source": r.fit.source,
-                    "A": r.fit.A,
+                    "A": _finite(r.fit.A),
                     "A_ci": list(r.fit.A_ci) if r.fit.A_ci is not None else None,
-                    "B": r.fit.B,
-                    "Cmid": r.fit.Cmid,
+                    "B": _finite(r.fit.B),
+                    "Cmid": _finite(r.fit.Cmid),
                     "identified": r.fit.identified,
+                    "ranked_by": r.basis,
                     "group": r.group,
-                    "group_A": r.group_A,
-                    "B_at_group_A": r.refit.B if r.refit else None,
-                    "Cmid_at_group_A": r.refit.Cmid if r.refit else None,
+                    "group_A": _finite(r.group_A),
+                    "B_at_group_A": _finite(r.refit.B) if r.refit else None,
+                    "Cmid_at_group_A": _finite(r.refit.Cmid) if r.refit else None,
+                    "B_at_common_A": _finite(common.B) if common is not None else None,
                     "trust": r.fit.trust,
                 }
             )
         return {
             "margin": self.margin,
             "ranking": rows,
-            "common_A": self.common_A,
-            "B_at_common_A": {f.source: f.B for f in self.common_fits},
+            "common_A": _finite(self.common_A),
+            # by source for older readers; two runs with one source share a key here, so read each row's B_at_common_A
+            "B_at_common_A": {f.source: _finite(f.B) for f in self.common_fits},
             "fits": [r.fit.to_json() for r in self.ranked],
             "warnings": list(self.warnings),
         }
@@ -107,35 +158,63 @@ def _refits(fits: Sequence[FitResult], A: float, warnings: list[str]) -> list[Fi
 
 
 def compare_fits(fits: Sequence[FitResult], margin: float = DEFAULT_MARGIN) -> Comparison:
-    """Rank fitted runs by the paper's rules (see the module docstring)."""
+    """Rank fitted runs by the paper's rules (App. A.5, A.8; see the module docstring): identified runs by A, ties
+    within ``margin`` by B (then Cmid) at the tie's mean A; an unidentified run by the lower end of its A, above an
+    identified group only when that lower end beats the group's A by more than the margin. The result does not
+    depend on the order of ``fits``."""
     if not fits:
         raise UserError("compare needs at least one fitted run")
-    if margin < 0:
-        raise UserError(f"--margin must be ≥ 0, got {margin}")
+    if not margin >= 0 or not np.isfinite(margin):
+        raise UserError(f"--margin must be a finite number ≥ 0, got {margin}")
     warnings: list[str] = []
-    order = sorted(fits, key=lambda f: -f.A)
+    known = sorted((f for f in fits if f.identified), key=lambda f: (-_or_worst(f.A, -np.inf), f.source))
     groups: list[list[FitResult]] = []
-    for f in order:
-        if groups and groups[-1][0].A - f.A <= margin + 1e-12:
+    for f in known:
+        if groups and within_margin(groups[-1][0].A - f.A, margin):
             groups[-1].append(f)
         else:
             groups.append([f])
+    # unidentified runs by what their data show (the lower end of A), highest first
+    unknown = sorted((f for f in fits if not f.identified),
+                     key=lambda f: (-lower_end(f), -_or_worst(f.A, -np.inf), f.source))
     ranked: list[Ranked] = []
-    for g, members in enumerate(groups, start=1):
+    group = 0  # group numbers in rank order: a tie shares one, every other run has its own
+
+    def place_unknown(above: float | None) -> None:
+        """Rank the unidentified runs whose lower end beats ``above`` (a group's A; None: all that are left) by
+        more than the margin."""
+        nonlocal group
+        while unknown and (above is None or (lower_end(unknown[0]) - above > margin + MARGIN_TOL)):
+            group += 1
+            ranked.append(Ranked(len(ranked) + 1, unknown.pop(0), group, basis=RANKED_BY_BOUND))
+
+    for members in groups:
+        place_unknown(members[0].A)
+        group += 1
         if len(members) == 1:
-            ranked.append(Ranked(len(ranked) + 1, members[0], g))
+            ranked.append(Ranked(len(ranked) + 1, members[0], group))
             continue
         mean_A = float(np.mean([f.A for f in members]))
         refits = _refits(members, mean_A, warnings)
-        # by B at the shared A (desc), then Cmid (asc); a run that could not be refitted goes last in its group
+        # by B at the shared A (desc), then Cmid (asc), then source; a run that could not be refitted goes last
         keyed = sorted(
-            zip(members, refits), key=lambda mr: (mr[1] is None, -(mr[1].B if mr[1] else 0), mr[1].Cmid if mr[1] else 0)
+            zip(members, refits),
+            key=lambda mr: (mr[1] is None, -_or_worst(mr[1].B, -np.inf) if mr[1] else 0.0,
+                            _or_worst(mr[1].Cmid, np.inf) if mr[1] else 0.0, mr[0].source),
         )
         for f, r in keyed:
-            ranked.append(Ranked(len(ranked) + 1, f, g, mean_A, r))
-    common_A = float(np.mean([f.A for f in fits]))
-    common = [r for r in _refits(fits, common_A, warnings) if r is not None]
-    for f in fits:
-        if not f.identified:
-            warnings.append(f"{f.source}: A is not identified, so its rank by A is not reliable")
-    return Comparison(margin, ranked, common_A, common, warnings)
+            ranked.append(Ranked(len(ranked) + 1, f, group, mean_A, r, RANKED_BY_B))
+    place_unknown(None)
+    pinned = [f.A for f in fits if f.identified] or [f.A for f in fits]
+    common_A = float(np.mean(pinned))
+    # in the order given, so that the linearised figure's colours match the curves figure's
+    pairs = [(f, c) for f, c in zip(fits, _refits(fits, common_A, warnings)) if c is not None]
+    for r in ranked:
+        if not r.fit.identified:
+            lo = lower_end(r.fit)
+            bound = f"A ≥ {lo:.3f}" if np.isfinite(lo) else "A is not bounded"
+            warnings.append(
+                f"{r.fit.source}: A is not identified ({bound}), so it is ranked by that lower end, after the identified "
+                "runs it does not beat by more than the margin, not by its fitted A"
+            )
+    return Comparison(margin, ranked, common_A, [c for _, c in pairs], warnings, pairs)

@@ -99,8 +99,9 @@ def plot_fits(
     ax.set_xlabel(fits[0].x_name if fits else "compute")
     ax.set_ylabel(fits[0].y_name if fits else "reward")
     ax.grid(True, which="both", alpha=0.25)
-    if fits:  # frame the data and the asymptotes; an open band simply runs off the top
-        shown = np.concatenate([f.y[f.x > 0] for f in fits] + [[f.A for f in fits]])
+    if fits:  # frame the data and the identified asymptotes (an unidentified A, often the bound 1, is not drawn and
+        # must not squash the curves); an open band simply runs off the top
+        shown = np.concatenate([f.y[f.x > 0] for f in fits] + [[f.A for f in fits if f.identified]])
         pad = 0.08 * (float(np.ptp(shown)) or 1.0)
         ax.set_ylim(float(shown.min()) - pad, float(shown.max()) + 2 * pad)
     if title:

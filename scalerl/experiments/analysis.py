@@ -119,6 +119,7 @@ class RankItem:
     B_common: float | None  # this run's B at that A
     A_text: str = ""  # A for a table: the estimate, or "≥ lo" when the run has not identified it
     pruned: bool = False  # stopped by --prune: listed after the ranked runs, not ranked (rank 0)
+    identified: bool = True  # False: A not identified, placed by the lower end of its interval (curves.compare)
 
 
 @dataclass
@@ -270,13 +271,34 @@ def _rank(a: Analysis) -> None:
         groups.setdefault(item.group, []).append(by_id[id(item.fit)])
     a.ranking = [
         RankItem(item.rank, by_id[id(item.fit)], item.fit.A, tuple(groups[item.group]), item.group_A,
-                 item.refit.B if item.refit is not None else None, item.fit.format_A())
+                 item.refit.B if item.refit is not None else None, item.fit.format_A(), identified=item.identified)
         for item in cmp.ranked
-    ] + [RankItem(0, r.name, r.fit.A, (r.name,), None, None, r.fit.format_A(), pruned=True)
+    ] + [RankItem(0, r.name, r.fit.A, (r.name,), None, None, r.fit.format_A(), pruned=True,
+                  identified=r.fit.identified)
          for r in a.runs if r.name in stopped and r not in complete]
     a.common_A, a.slope_fits, a.warnings = cmp.common_A, cmp.common_fits, list(cmp.warnings)
     if len({r.breakdown.validation for r in a.runs if r.breakdown is not None}) > 1:
         a.warnings.append(DIFFERENT_TASKS)
+
+
+def _analyse_runs(dirs: list[Path], xs: dict[Path, np.ndarray]) -> tuple[float, list[RunAnalysis], list[Skipped]]:
+    """(the shared cutoff, the runs reported, the runs skipped). The cutoff (§2.1, App. A.7: one absolute compute for
+    every run compared) is taken over the runs that are reported: a run that cannot be fitted (one evaluation, a
+    constant reward) is not in the comparison, so it must not move the window of the runs that are. When a run
+    drops out, the others are fitted again with the cutoff of those left."""
+    included = [d for d in dirs if d in xs]
+    while True:
+        fit_from = shared_fit_from([xs[d] for d in included])
+        runs, skipped = [], []
+        for d in dirs:
+            try:
+                runs.append(analyse_run(d, d.name, fit_from))
+            except (UserError, OSError) as exc:
+                skipped.append(Skipped(d.name, d, " ".join(str(exc).split())))
+        fitted = [d for d in included if any(r.dir == d for r in runs)]
+        if not fitted or fitted == included:
+            return fit_from, runs, skipped
+        included = fitted
 
 
 def analyse(root: str | Path, margin: float = 0.02) -> Analysis:
@@ -286,18 +308,13 @@ def analyse(root: str | Path, margin: float = 0.02) -> Analysis:
     index = _index(root)
     a = Analysis(root=root, title=root.resolve().name, description=str(index.get("description", "")), margin=margin,
                  pruning=index.get("pruning") if isinstance(index.get("pruning"), dict) else None)
-    xs = []
+    xs: dict[Path, np.ndarray] = {}
     for d in dirs:
         try:
-            xs.append(_series(d).x)
+            xs[d] = _series(d).x
         except (UserError, OSError):
             continue  # reported as skipped below
-    a.fit_from = shared_fit_from(xs)  # one absolute cutoff for every run of the report
-    for d in dirs:
-        try:
-            a.runs.append(analyse_run(d, d.name, a.fit_from))
-        except (UserError, OSError) as exc:
-            a.skipped.append(Skipped(d.name, d, " ".join(str(exc).split())))
+    a.fit_from, a.runs, a.skipped = _analyse_runs(dirs, xs)
     if a.runs:
         a.ci_level = a.runs[0].fit.ci_level
         _rank(a)

@@ -107,14 +107,20 @@ def _ranking_table(a: Analysis) -> str:
         if item.pruned:
             rung = ((a.pruning or {}).get("runs", {}).get(item.name) or {}).get("stopped_at")
             where = f" at {rung_name(rung)} of its budget" if rung is not None else ""
-            rows.append(([_esc(item.name), "–", item.A_text, "–",
+            rows.append(([_esc(item.name), "–", _esc(item.A_text), "–",
                           f'<span class="bad">pruned</span>: stopped by --prune{where}; not ranked (its fit covers '
                           "only the compute it got)"], ""))
             continue
         tie = len(item.group) > 1
-        note = (f"tied with {', '.join(_esc(n) for n in item.group if n != item.name)} "
-                f"(ΔA ≤ {a.margin:g}): ranked by B at common A = {item.common_A:.3f}") if tie else "ranked by A"
-        rows.append(([_esc(item.name), str(item.rank), item.A_text,
+        if not item.identified:  # curves.compare: an unidentified A is a lower bound, never a rank by A
+            note = ('<span class="bad">A not identified</span>: placed by the lower end of its interval '
+                    f"({_esc(item.A_text)}), not ranked by its fitted A; never tied")
+        elif tie:
+            note = (f"tied with {', '.join(_esc(n) for n in item.group if n != item.name)} "
+                    f"(ΔA ≤ {a.margin:g}): ranked by B at common A = {item.common_A:.3f}")
+        else:
+            note = "ranked by A"
+        rows.append(([_esc(item.name), str(item.rank), _esc(item.A_text),
                       _num(item.B_common, ".2f") if tie else "–", note], "tie" if tie else ""))
     return _table(["run", "rank", "A", "B at common A", "rule"], rows, text=(0, 4))
 
@@ -258,7 +264,9 @@ its compute, and that curve is scored on the evaluations of the second half it d
 {_ranking_table(a)}
 {"".join(f'<p class="note">⚠ {_esc(w)}</p>' for w in a.warnings)}
 <p class="note">The paper's rule (App. A.5, A.8): compare A first; A values within ±{a.margin:g} are treated as equal,
-those runs are refitted with their mean A, and the higher B ranks first. Shaded rows are ties.</p>
+those runs are refitted with their mean A, and the higher B ranks first. Shaded rows are ties. A run whose A is not
+identified has only a lower bound on A: it is placed by that bound, after the identified runs it does not beat by more
+than the margin.</p>
 <h2>Linearised slopes at a common A</h2>
 {fig("slopes", "log F(R) against log C at a common A")}
 <p class="note">Fig. 7: with A fixed, F(R) = Cmid^B / ((A − R0)/(R − R0) − 1) equals C^B on the curve,
