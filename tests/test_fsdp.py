@@ -267,7 +267,9 @@ def test_torchrun_run_matches_single_process_run(tmp_path, reference_run):
 def test_torchrun_resumes_a_single_process_checkpoint(tmp_path, reference_run):
     run = tmp_path / "rank0" / "run"
     shutil.copytree(reference_run, run)
-    (run / "checkpoints" / "latest").write_text("step_0000002.pt\n")  # as if killed after step 2's checkpoint
+    # as if killed after step 2's checkpoint (a newer checkpoint file would be resumed from, pointer or not)
+    (run / "checkpoints" / "step_0000003.pt").unlink()
+    (run / "checkpoints" / "latest").write_text("step_0000002.pt\n")
     done = _torchrun(tmp_path, "train", "--quiet", "--out", "run", "--resume")
     assert done.returncode == 0, done.stderr[-3000:]
     assert list((tmp_path / "rank1").iterdir()) == []
