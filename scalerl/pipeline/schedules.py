@@ -8,7 +8,8 @@ Both schedules run on the same machinery (``scalerl.pipeline.runner``); they dif
   published version ``b - k``, so no trained token is more than ``k`` versions old and the trainer never
   runs more than ``k`` steps ahead of the generator.
 * **PPO-off-policy-k**: the generator produces ``k`` batches with frozen weights, then the trainer takes
-  ``k`` optimizer steps on them; weights are loaded only at the start of each group of ``k`` batches.
+  ``k`` optimizer steps on them; weights are loaded only at the start of each group of ``k`` batches. A group
+  is requested whole even where the run's ``steps`` ends inside it (``RunState.issue``).
 """
 
 from __future__ import annotations

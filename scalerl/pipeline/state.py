@@ -77,9 +77,16 @@ class RunState:
 
     def issue(self, schedule: Schedule, version: int, steps: int, prompts: int, seed: int) -> list[Request]:
         """The requests for every batch the schedule lets start at trainer ``version`` (§3.1), their problems
-        chosen by the curriculum (§3.2, Fig. 6b); they stay pending until ``trained``."""
+        chosen by the curriculum (§3.2, Fig. 6b); they stay pending until ``trained``.
+
+        A schedule group (PPO-off-policy-k: ``k`` batches generated together, one engine call, one seed, frozen
+        weights) is issued whole even where ``steps`` ends inside it: what a step trains then does not depend on
+        the budget, and a run stopped at ``steps`` and resumed with more finds the rest of that group in its
+        checkpoint, generated with the group's weights, as an uninterrupted run would have (a group cut at
+        ``steps`` left the rest to be generated after the resume, apart, with the trainer's newer weights)."""
         issued = []
-        while self.next_request < steps and schedule.min_version(self.next_request) <= version:
+        while ((self.next_request < steps or self.next_request % schedule.group)
+               and schedule.min_version(self.next_request) <= version):
             req = Request(self.next_request, self.curriculum.next_ids(prompts), batch_seed(seed, self.next_request))
             self.pending[self.next_request] = req
             issued.append(req)
