@@ -64,7 +64,7 @@ def describe_record(record: dict[str, Any]) -> str | None:
         verdict = "beats" if err < ruler else "does not beat"
         text += f"; forecast {verdict} a ruler on this run's past ({err:.3f} vs {ruler:.3f})"
     if record.get("forecast/reliable") == 0.0:
-        text += "; Eq. 1 does not describe this run (forecast holds the current level)"
+        text += "; the forecast is unreliable (fit.json's trust.warnings say why)"
     return text
 
 

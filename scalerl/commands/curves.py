@@ -271,9 +271,12 @@ def forecast_lines(f: "FitResult") -> str:
         if f.reliable:
             lines.append(f"{name} predicts {f.y_name} {preds} (80% band for one evaluation)")
         else:
+            from scalerl.curves.trust import following
+
             why = "; ".join((f.trust or {}).get("warnings") or ["see the warnings"])
-            lines.append(f"{name}: UNRELIABLE, Eq. 1 does not describe this run ({why}); holding the current "
-                         f"level: {preds} (80% band)")
+            weight = f.forecaster.weight if f.forecaster is not None else 1.0
+            lines.append(f"{name}: UNRELIABLE, Eq. 1 does not describe this run ({why}); the forecast "
+                         f"{following(weight)}: {preds} (80% band)")
     if f.target:
         lines.append(f"{name} target {f.target['y']:g}: {f.target['note']}")
     if f.trust:

@@ -87,7 +87,9 @@ class FitResult:
     fit_start: dict[str, Any] | None = None  # where the window starts and by which rule
     forecaster: trust.Forecast | None = None  # the forecast after the window (None: not computed)
     trust: dict[str, Any] | None = None  # how the run's own history backtests (:func:`trust.trust_json`)
-    reliable: bool = True  # False: Eq. 1 does not describe the data; the forecast holds the current level
+    reliable: bool = True  # False: Eq. 1 does not describe the data (the forecast then holds the current level), or
+    # the forecast leaves anything the window supports (flagged, not changed: on the real-curve corpus a short window's
+    # law that rises past its data was more often right than holding the level; docs/RESULTS.md, fourteenth session)
 
     def predict(self, c: Any) -> Array:
         """The fitted law (Eq. 1, or the power law) at compute ``c``."""

@@ -228,6 +228,12 @@ def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: 
     return replace(bt, drift=float(np.sqrt(max(excess, 0.0) / float(np.mean(h * h)))))
 
 
+def following(weight: float) -> str:
+    """What a forecast with gain weight ``weight`` does after the window, in words ("the forecast ...")."""
+    return {0.0: "holds the current level", COMBINED: "follows half the curve's further gain"}.get(
+        weight, "follows the curve")
+
+
 def summary(bt: Backtest | None, n: int, weight: float) -> str:
     """The trust line a user reads beside a forecast (``weight``: the one the reported forecast uses)."""
     what = {0.0: "holding the current level", COMBINED: "half the curve's further gain"}.get(weight, "the curve")
