@@ -49,6 +49,10 @@ def evaluate(
         part = problems[start : start + per_chunk]
         prompts = [encode(p.prompt) for p in part]
         samples = engine.generate(prompts, n=n_samples, length=length, seed=seed + start)
+        # zip would silently grade fewer samples than asked (val/n short, the rate over a subset): refuse instead
+        if len(samples) != len(part) or any(len(group) != n_samples for group in samples):
+            got = [len(group) for group in samples]
+            raise RuntimeError(f"the engine returned {got[:8]} samples for {len(part)} prompts, not {n_samples} each")
         for p, group in zip(part, samples):
             for s in group:
                 verdict = grade(task, p, s.text)  # a grader that fails: this sample incorrect, not the run over

@@ -47,7 +47,7 @@ from scalerl.errors import UserError, check_number
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.worked import WorkedTask, draw_split
+from scalerl.tasks.worked import WorkedTask, check_flag, check_int, check_real, draw_split
 
 
 def _steps(operands: list[int], ops: list[str], slip: Callable[[int], int] = lambda v: v) -> tuple[list[str], int]:
@@ -96,9 +96,17 @@ def _tiers(spec: dict[str, Any], digits: int) -> list[Tier]:
             )
         if not isinstance(t.get("taught", True), bool):
             raise UserError(f"task.params.tiers.{name}.taught must be true or false, got {t['taught']!r}")
-        lo, hi = (t["operands"], t["operands"]) if isinstance(t["operands"], int) else t["operands"]
-        tier = Tier(str(name), (int(lo), int(hi)), int(t.get("digits", digits)), float(t.get("share", 1.0)),
-                    t.get("taught", True))
+        where = f"task.params.tiers.{name}"
+        operands = t["operands"]
+        if isinstance(operands, (list, tuple)) and len(operands) == 2:
+            lo, hi = (check_int(f"{where}.operands", x) for x in operands)
+        elif isinstance(operands, (list, tuple, str)):
+            raise UserError(f"{where}.operands must be a count or [lo, hi], got {operands!r}")
+        else:
+            lo = hi = check_int(f"{where}.operands", operands)
+        tier = Tier(str(name), (lo, hi), check_int(f"{where}.digits", t.get("digits", digits)),
+                    check_real(f"{where}.share", t.get("share", 1.0)), t.get("taught", True))
+        check_number(f"{where}.share", tier.share)  # finite: an infinite share made every share NaN
         if not 2 <= tier.operands[0] <= tier.operands[1] or not 1 <= tier.digits <= 6 or not tier.share > 0:
             raise UserError(
                 f"task.params.tiers.{name}: need 2 <= operands lo <= hi, 1 <= digits <= 6 and share > 0, got {t}"
@@ -129,6 +137,9 @@ class ArithmeticTask(WorkedTask):
     _tiers: list[Tier] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        for name in ("min_operands", "max_operands", "max_digits"):
+            check_int(f"task.params.{name}", getattr(self, name))
+        check_flag("task.params.subtraction", self.subtraction)
         if not 2 <= self.min_operands <= self.max_operands:
             raise UserError(
                 f"task.params: need 2 <= min_operands <= max_operands, got {self.min_operands}..{self.max_operands}"
@@ -136,6 +147,7 @@ class ArithmeticTask(WorkedTask):
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
         for habit in ("sign_slip", "answer_slip"):
+            check_real(f"task.params.{habit}", getattr(self, habit))
             check_number(f"task.params.{habit}", getattr(self, habit), 0.0, 1.0, high_open=True)
         self._tiers = (
             _tiers(self.tiers, self.max_digits) if self.tiers is not None

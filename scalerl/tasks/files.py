@@ -8,7 +8,10 @@ trained on. Here the split is a seeded shuffle: the same seed gives the same spl
 from __future__ import annotations
 
 import json
+import math
+import numbers
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
@@ -55,23 +58,38 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+# JSON Lines ends a record at a line feed (a carriage return before it is fine). ``str.splitlines`` would also
+# split at U+2028, U+2029 and U+0085, which JSON allows unescaped inside a string (``json.dumps(...,
+# ensure_ascii=False)`` writes them so): a valid record holding one was cut in two and refused as "not valid JSON".
+_JSONL_LINES = re.compile(r"\r\n|\r|\n")
+
+
+def _loads(text: str, path: Path, number: int | None = None, hint: str = "") -> Any:
+    """``json.loads(text)`` (line ``number`` of ``path``, or the whole file), or a UserError naming the file and
+    line: invalid JSON, a number too long for Python to read (a ValueError: more than
+    ``sys.get_int_max_str_digits()`` digits, 4,300 by default), or nesting too deep to read (a RecursionError).
+    Before, the last two stopped the CLI with a traceback."""
+    where = f"{path}:{number}" if number is not None else str(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path}:{exc.lineno if number is None else number}: not valid JSON ({exc.msg}){hint}") from None
+    except ValueError:
+        raise UserError(f"{where}: a number has too many digits to read; write it as a string") from None
+    except RecursionError:
+        raise UserError(f"{where}: JSON nested too deeply to read") from None
+
+
 def _read_jsonl(path: Path) -> list[Any]:
     records = []
-    for number, line in enumerate(read_user_text(path, "task data").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{number}: not valid JSON ({exc.msg}); each line must be one JSON object") from None
+    for number, line in enumerate(_JSONL_LINES.split(read_user_text(path, "task data")), 1):
+        if line.strip():
+            records.append(_loads(line, path, number, "; each line must be one JSON object"))
     return records
 
 
 def _read_json_list(path: Path) -> list[Any]:
-    try:
-        data = json.loads(read_user_text(path, "task data"))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    data = _loads(read_user_text(path, "task data"), path)
     if not isinstance(data, list):
         raise UserError(f"{path}: a .json dataset must hold a list of records, not a {type(data).__name__}")
     return data
@@ -88,21 +106,49 @@ def _read_parquet(path: Path) -> list[dict[str, Any]]:
         raise UserError(f"{path}: not a readable parquet file ({type(exc).__name__}: {exc})") from None
 
 
+# Roles whose value becomes a prompt or a reference answer as text: a list, an object or true/false there would be
+# written into it as Python's repr (``"['a']"``), a problem no answer can match; it is refused instead.
+TEXT_ROLES = frozenset({"question", "prompt", "answer"})
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
 def field_of(record: dict[str, Any], aliases: Sequence[str], role: str, path: str | Path, index: int) -> Any:
-    """The value of the first of ``aliases`` that ``record`` has (and is not null); a UserError naming the file,
-    the record, the missing field and the fields present otherwise."""
+    """The value of the first of ``aliases`` that ``record`` has (and is not null or blank text); a UserError
+    naming the file, the record, the missing field and the fields present otherwise. For a question, prompt or
+    answer (:data:`TEXT_ROLES`) the value must be text or a finite number."""
     for name in aliases:
-        if record.get(name) is not None:
-            return record[name]
+        value = record.get(name)
+        if _blank(value):
+            continue
+        if role in TEXT_ROLES:
+            is_number = isinstance(value, numbers.Number) and not isinstance(value, (bool, complex))
+            finite = not isinstance(value, float) or math.isfinite(value)
+            finite = finite and getattr(value, "is_finite", lambda: True)()  # decimal.Decimal (parquet)
+            if not (isinstance(value, str) or is_number) or not finite:
+                raise UserError(
+                    f"{path}: record {index + 1}: field {name!r} is {type(value).__name__} {str(value)[:40]!r}; "
+                    f"the {role} must be text or a finite number"
+                )
+        return value
     present = ", ".join(sorted(map(str, record))) or "(none)"
+    empty = [name for name in aliases if name in record]
+    blank = f" ({', '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty)" if empty else ""
     raise UserError(
-        f"{path}: record {index + 1} has no {role} field (expected one of: {', '.join(aliases)}); fields present: {present}"
+        f"{path}: record {index + 1} has no {role} field{blank} (expected one of: {', '.join(aliases)}); "
+        f"fields present: {present}"
     )
 
 
-def split(items: Sequence[T], seed: int, n_train: int, n_val: int, source: str) -> tuple[list[T], list[T]]:
+def split(
+    items: Sequence[T], seed: int, n_train: int, n_val: int, source: str, key: Callable[[T], Any] | None = None
+) -> tuple[list[T], list[T]]:
     """Seeded split: shuffle the indices with ``seed``; the first ``n_val`` are the held-out validation split,
-    the next ``n_train`` (or all that remain) the training split. Both keep the file order."""
+    the next ``n_train`` (or all that remain) the training split. Both keep the file order. With ``key`` (the
+    prompt), an item whose key is also a validation item's is never trained on: it is passed over, so a problem
+    that appears twice in a file cannot be in both splits (the validation set is held out, §2.1)."""
     if len(items) <= n_val:
         raise UserError(
             f"{source}: {len(items)} problems leave none for training after holding out task.n_val={n_val}; "
@@ -111,7 +157,12 @@ def split(items: Sequence[T], seed: int, n_train: int, n_val: int, source: str) 
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     val = sorted(order[:n_val])
-    train = sorted(order[n_val : n_val + n_train])
+    held = {key(items[i]) for i in val} if key is not None else set()
+    rest = [i for i in order[n_val:] if key is None or key(items[i]) not in held]
+    if not rest:
+        raise UserError(f"{source}: every problem left for training is also in the validation split (the same "
+                        "prompt); lower task.n_val or give task.params.val_path")
+    train = sorted(rest[:n_train])
     return [items[i] for i in train], [items[i] for i in val]
 
 
@@ -142,11 +193,13 @@ def format_prompt(template: str, question: str) -> str:
 
 
 def check_unique_ids(problems: Sequence[Problem], source: str) -> None:
-    seen: set[str] = set()
-    for problem in problems:
+    """A UserError naming the two records (counted from 1, in file order) that share an id."""
+    seen: dict[str, int] = {}
+    for index, problem in enumerate(problems):
         if problem.id in seen:
-            raise UserError(f"{source}: duplicate problem id {problem.id!r}; ids must be unique (the curriculum keys on them)")
-        seen.add(problem.id)
+            raise UserError(f"{source}: records {seen[problem.id] + 1} and {index + 1} have the same problem id "
+                            f"{problem.id!r}; ids must be unique (the curriculum keys on them)")
+        seen[problem.id] = index
 
 
 @dataclass
@@ -188,7 +241,7 @@ def file_problems(
 
     problems = problems_of(path)
     if val_path is None:
-        train, val = split(problems, seed, n_train, n_val, str(path))
+        train, val = split(problems, seed, n_train, n_val, str(path), key=lambda p: p.prompt)
     else:
         train, val = sample(problems, seed, n_train), sample(problems_of(val_path), seed, n_val)
         overlap = {p.prompt for p in train} & {p.prompt for p in val}

@@ -41,7 +41,7 @@ from scalerl.errors import UserError, check_number
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.worked import WorkedTask, draw_split
+from scalerl.tasks.worked import WorkedTask, check_int, check_real, draw_split
 
 OPS = ("rev", "sort", "count")
 
@@ -80,6 +80,12 @@ class StringsTask(WorkedTask):
     _val: list[Problem] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if isinstance(self.ops, str) or not isinstance(self.ops, (list, tuple)):
+            raise UserError(f"task.params.ops must be a non-empty list of {', '.join(OPS)}, got {self.ops!r}")
+        check_int("task.params.min_len", self.min_len)
+        check_int("task.params.max_len", self.max_len)
+        if not isinstance(self.alphabet, str):
+            raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
         self.ops = tuple(self.ops)
         if not self.ops or set(self.ops) - set(OPS):
             raise UserError(f"task.params.ops must be a non-empty list of {', '.join(OPS)}, got {list(self.ops)}")
@@ -88,6 +94,7 @@ class StringsTask(WorkedTask):
         if len(set(self.alphabet)) < 2 or not all("a" <= c <= "z" for c in self.alphabet):
             raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
         for habit in ("double_slip", "case_slip"):
+            check_real(f"task.params.{habit}", getattr(self, habit))
             check_number(f"task.params.{habit}", getattr(self, habit), 0.0, 1.0, high_open=True)
         self._val, self._train = self._draw()
 
