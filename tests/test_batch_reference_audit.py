@@ -44,12 +44,13 @@ from scalerl.trainer import Trainer, policy_logprobs
 
 def ref_keep(correct, group, truncated, *, zero_variance: bool, truncated_mode: str = "exclude") -> list[bool]:
     """Which sequences reach the loss: truncated ones out (App. A.15) unless trained on; then groups whose kept
-    sequences are all correct or all incorrect out (§3.6, ``0 < mean < 1`` on correctness)."""
+    sequences are all correct or all incorrect out (§3.6, ``0 < mean < 1`` on correctness; a truncated sequence
+    trained on is a wrong answer, as its reward is the incorrect one)."""
     keep = [not (t and truncated_mode == "exclude") for t in truncated]
     if zero_variance:
         for g in set(group):
             rows = [i for i in range(len(group)) if group[i] == g and keep[i]]
-            if len({bool(correct[i]) for i in rows}) <= 1:
+            if len({bool(correct[i]) and not truncated[i] for i in rows}) <= 1:
                 for i in rows:
                     keep[i] = False
     return keep
@@ -495,13 +496,11 @@ def test_length_penalty_at_its_boundaries(l_max, l_cache):
     assert shaped.tolist() == pytest.approx(want, abs=1e-6)
 
 
-@pytest.mark.xfail(strict=True, reason="algo.truncated=train documents truncated samples as trained with the "
-                   "incorrect reward (config.py, prepare.py, docs/models.md), but their reward is the grader's; the "
-                   "fix needs reward.incorrect, which only pipeline/generator.py collate or the runner has")
 def test_truncated_samples_trained_on_get_the_incorrect_reward():
     """``algo.truncated: train``: "trains on them with the incorrect reward" (config.py), "a rambling answer is a
     wrong one (-1)" (configs/smollm2.yaml). Sample (2, 3) of the hand batch is truncated, but the grader passed
-    it: it is still trained as correct (+1), so its advantage (norm none: r − mean) is +0.5, not −1."""
+    it: it was trained as correct (+1), its advantage (norm none: r − mean) +0.5, not −1. The zero-variance filter
+    reads it as the wrong answer its reward says it is."""
     b, _, _ = _hand_batch()
     assert bool(b.truncated[11]) and bool(b.correct[11])
     p = prepare(b, 0, StageConfig(2, False, "none", 0.0, truncated="train"))

@@ -129,8 +129,13 @@ def collate(
     versions = torch.tensor(version_rows, dtype=torch.long).view(n, seq_len)
     correct = torch.tensor(flat_correct, dtype=torch.bool)
     lengths = torch.tensor([len(s.tokens) for s in flat], dtype=torch.long)
-    rewards = torch.where(correct, torch.tensor(reward_correct), torch.tensor(reward_incorrect)).float()
-    rewards = length_control.shape_rewards(rewards, lengths, correct)
+    truncated = torch.tensor([s.truncated for s in flat], dtype=torch.bool)
+    # a truncated sample (the hard cap reached without EOS) is a wrong answer whatever the grader read in it: with
+    # ``algo.truncated: train`` it is trained with the incorrect reward (App. A.6; with ``exclude``, the paper's, it
+    # is left out of the loss and its reward only enters train/reward_mean)
+    rewarded = correct & ~truncated
+    rewards = torch.where(rewarded, torch.tensor(reward_correct), torch.tensor(reward_incorrect)).float()
+    rewards = length_control.shape_rewards(rewards, lengths, rewarded)
     return RolloutBatch(
         index=request.index,
         problem_ids=[p.id for p in problems],
@@ -142,7 +147,7 @@ def collate(
         versions=versions,
         rewards=rewards,
         correct=correct,
-        truncated=torch.tensor([s.truncated for s in flat], dtype=torch.bool),
+        truncated=truncated,
         interrupted=torch.tensor([s.interrupted for s in flat], dtype=torch.bool),
         completion_lengths=lengths,
         gen_seconds=gen_seconds,

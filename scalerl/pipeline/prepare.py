@@ -106,9 +106,9 @@ def truncation(p: Prepared, cfg: StageConfig) -> None:
 @PREP_STEPS.register("zero_variance")
 def zero_variance_filter(p: Prepared, cfg: StageConfig) -> None:
     b = p.batch
-    if cfg.zero_variance_filter:  # correctness, not shaped reward (§3.2, Fig. 6a), of the sequences still kept
-        kept = p.keep.clone()
-        p.keep[kept] = algo.zero_variance_mask(b.correct[kept], b.group[kept])
+    if cfg.zero_variance_filter:  # correctness, not shaped reward (§3.2, Fig. 6a), of the sequences still kept;
+        kept = p.keep.clone()  # a truncated one kept (``truncated: train``) is a wrong answer, as its reward says
+        p.keep[kept] = algo.zero_variance_mask((b.correct & ~b.truncated)[kept], b.group[kept])
     p.stats["train/zero_var_frac"] = algo.zero_variance_frac(b.correct, b.group)
 
 
