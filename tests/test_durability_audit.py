@@ -118,6 +118,26 @@ def _micro(*sets: str):
     return load_config("scalerl", None, [*MICRO, "backend=inline", "steps=4", "eval.every=2", "checkpoint_every=2", *sets])
 
 
+def stop_at_checkpoint(monkeypatch, step: int, run) -> None:
+    """Call ``run`` (a training run) with the disk full at the checkpoint of ``step``: the run stops there with
+    :class:`~scalerl.errors.CheckpointNotWritten` after logging that step (and the evaluation of the checkpoint
+    before it, which runs beside the steps)."""
+    from scalerl import runlog
+    from scalerl.errors import CheckpointNotWritten
+
+    save = runlog.torch.save
+
+    def full(obj, f, *args, **kwargs):
+        if obj["step"] == step:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(runlog.torch, "save", full)
+    with pytest.raises(CheckpointNotWritten):
+        run()
+    monkeypatch.undo()
+
+
 def _forecast_points(monkeypatch) -> list[int]:
     """Record how many evaluations the live forecast holds when the run writes fit.json (``write_final``)."""
     from scalerl.forecast import Forecaster
@@ -138,8 +158,6 @@ def test_an_evaluation_logged_after_the_checkpoint_is_evaluated_again_on_resume(
     checkpoint (here: the disk fills up at step 4's) resumed with the line kept (its step is the checkpoint's) but
     the point missing from the checkpoint's live forecast, and did not evaluate there again: every later forecast
     and fit.json lacked the step-2 evaluation."""
-    from scalerl import runlog
-    from scalerl.errors import CheckpointNotWritten
     from scalerl.pipeline.runner import train
 
     ref = _forecast_points(monkeypatch)
@@ -147,18 +165,8 @@ def test_an_evaluation_logged_after_the_checkpoint_is_evaluated_again_on_resume(
     monkeypatch.undo()
     assert ref == [3]  # steps 0, 2 and 4
 
-    save = runlog.torch.save
-
-    def full_at_step_4(obj, f, *args, **kwargs):
-        if obj["step"] == 4:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return save(obj, f, *args, **kwargs)
-
-    monkeypatch.setattr(runlog.torch, "save", full_at_step_4)
     out = tmp_path / "run"
-    with pytest.raises(CheckpointNotWritten):
-        train(_micro(), out, show_progress=False)
-    monkeypatch.undo()
+    stop_at_checkpoint(monkeypatch, 4, lambda: train(_micro(), out, show_progress=False))
     assert [r["step"] for r in read_metrics(out) if "val/pass_rate" in r] == [0, 2]  # step 2's, after checkpoint 2
 
     points = _forecast_points(monkeypatch)

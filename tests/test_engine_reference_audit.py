@@ -277,17 +277,23 @@ def test_engine_first_and_second_tokens_follow_the_models_softmax():
 # ------------------------------------------------------------------------------------------------ builtin engine
 
 
-def test_builtin_greedy_with_kv_cache_equals_recompute_and_is_batch_invariant(greedy):
-    model = tiny(scale=8.0)
-    eng = BuiltinEngine(model, TOK)
-    batched = eng.generate(PROMPTS, n=2, length=length(12), seed=0)
+def _assert_greedy_is_recompute_and_batch_invariant(eng, model, max_new: int, stops: set[int]) -> None:
+    """Greedy with the KV cache equals greedy by recomputing the whole sequence, for every prompt alone and batched
+    with prompts of other lengths (2 samples each), with the same log-probs."""
+    batched = eng.generate(PROMPTS, n=2, length=length(max_new), seed=0)
     for prompt, group in zip(PROMPTS, batched):
-        ref = greedy_by_recompute(model, prompt, 12, {TOK.eos_id})
-        [[alone]] = eng.generate([prompt], n=1, length=length(12), seed=0)
+        ref = greedy_by_recompute(model, prompt, max_new, stops)
+        [[alone]] = eng.generate([prompt], n=1, length=length(max_new), seed=0)
         assert alone.tokens == ref
         for s in group:
             assert s.tokens == ref
             torch.testing.assert_close(torch.tensor(s.logprobs), torch.tensor(alone.logprobs), atol=1e-5, rtol=0)
+
+
+def test_builtin_greedy_with_kv_cache_equals_recompute_and_is_batch_invariant(greedy):
+    model = tiny(scale=8.0)
+    eng = BuiltinEngine(model, TOK)
+    _assert_greedy_is_recompute_and_batch_invariant(eng, model, 12, {TOK.eos_id})
 
 
 def test_builtin_samples_equal_the_naive_recompute_sampler_and_logprobs_are_the_trainers():
@@ -504,14 +510,7 @@ def test_hf_engine_greedy_with_kv_cache_equals_recompute_and_is_batch_invariant(
 
     policy = _tiny_hf_policy()
     eng = HFEngine(policy, TOK)
-    batched = eng.generate(PROMPTS, n=2, length=length(10), seed=0)
-    for prompt, group in zip(PROMPTS, batched):
-        ref = greedy_by_recompute(policy, prompt, 10, set(eng.stop_ids))
-        [[alone]] = eng.generate([prompt], n=1, length=length(10), seed=0)
-        assert alone.tokens == ref
-        for s in group:
-            assert s.tokens == ref
-            torch.testing.assert_close(torch.tensor(s.logprobs), torch.tensor(alone.logprobs), atol=1e-5, rtol=0)
+    _assert_greedy_is_recompute_and_batch_invariant(eng, policy, 10, set(eng.stop_ids))
 
 
 def test_hf_engine_samples_equal_the_naive_recompute_sampler():

@@ -168,9 +168,11 @@ def _wait(cond, limit: float = 60.0) -> bool:
 def test_parallel_runs_end_with_the_sweep_that_started_them(tmp_path, sig):
     """--jobs 2, the sweep process killed (SIGKILL) or interrupted (SIGINT to it alone): its runs must not go on
     in their worker processes. Left going, a run races the rerun that resumes it in the same directory (both
-    appending to metrics.jsonl: duplicated rows), and an interrupted sweep waited for its runs to finish."""
+    appending to metrics.jsonl: duplicated rows), and an interrupted sweep waited for its runs to finish. The third
+    run is handed to a worker's queue before a worker is free (so it cannot be cancelled) yet never starts: it
+    stays ``pending``, where it was marked ``interrupted`` as if it had run."""
     (tmp_path / "slowrun.py").write_text(SLOW_RUN)
-    spec = _spec(tmp_path, "runs: {a: [seed=1], b: [seed=2]}\n")
+    spec = _spec(tmp_path, "runs: {a: [seed=1], b: [seed=2], c: [seed=3]}\n")
     out = tmp_path / "s"
     code = DRIVER.format(tmp=str(tmp_path), spec=str(spec), fast=FAST, out=str(out))
     proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -183,7 +185,8 @@ def test_parallel_runs_end_with_the_sweep_that_started_them(tmp_path, sig):
         assert _wait(lambda: not any(_alive(p) for p in pids)), "the runs went on after their sweep ended"
         if sig == signal.SIGINT:
             statuses = {r["name"]: r["status"] for r in json.loads((out / INDEX).read_text())["runs"]}
-            assert statuses == {"a": "interrupted", "b": "interrupted"}
+            assert statuses == {"a": "interrupted", "b": "interrupted", "c": "pending"}
+            assert not (out / "c").exists()
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -191,28 +194,3 @@ def test_parallel_runs_end_with_the_sweep_that_started_them(tmp_path, sig):
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
 
-
-def test_an_interrupted_parallel_sweep_leaves_a_run_that_never_started_pending(tmp_path):
-    """--jobs 2 with three runs: the pool hands the third run's call to a worker's queue before a worker is free
-    (so it cannot be cancelled), yet it never starts. Interrupted, the sweep marked it ``interrupted`` as if it had
-    run; it is ``pending`` (the two running ones ``interrupted``)."""
-    (tmp_path / "slowrun.py").write_text(SLOW_RUN)
-    spec = _spec(tmp_path, "runs: {a: [seed=1], b: [seed=2], c: [seed=3]}\n")
-    out = tmp_path / "s"
-    code = DRIVER.format(tmp=str(tmp_path), spec=str(spec), fast=FAST, out=str(out))
-    proc = subprocess.Popen([sys.executable, "-c", code], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    pids: list[int] = []
-    try:
-        assert _wait(lambda: all((out / n / "pid").exists() and (out / n / "pid").read_text() for n in "ab"))
-        pids = [int((out / n / "pid").read_text()) for n in "ab"]
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-        statuses = {r["name"]: r["status"] for r in json.loads((out / INDEX).read_text())["runs"]}
-        assert statuses == {"a": "interrupted", "b": "interrupted", "c": "pending"}
-        assert not (out / "c").exists()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        for p in pids:
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)

@@ -6,11 +6,16 @@ Each test failed before its fix."""
 
 from __future__ import annotations
 
-import errno
-
 import pytest
 
-from scalerl.runlog import CKPT_DIR, LATEST, RunLog, load_latest_checkpoint, read_metrics, save_checkpoint
+from scalerl.runlog import (
+    CKPT_DIR,
+    LATEST,
+    RunLog,
+    load_latest_checkpoint,
+    read_metrics,
+    save_checkpoint,
+)
 
 
 def _micro(*sets: str):
@@ -80,22 +85,11 @@ def test_a_run_resumed_after_an_evaluation_past_its_checkpoint_has_one_tensorboa
     """The evaluation of a checkpoint's own step is logged after that checkpoint; a run stopped before the next
     one is resumed and evaluates that step again. TensorBoard was purged only from the step after the checkpoint,
     so it showed two evaluations at that step (one of them not in ``metrics.jsonl``)."""
-    from scalerl import runlog
-    from scalerl.errors import CheckpointNotWritten
     from scalerl.pipeline.runner import train
+    from tests.test_durability_audit import stop_at_checkpoint
 
-    save = runlog.torch.save
-
-    def full_at_step_4(obj, f, *args, **kwargs):
-        if obj["step"] == 4:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return save(obj, f, *args, **kwargs)
-
-    monkeypatch.setattr(runlog.torch, "save", full_at_step_4)
     out = tmp_path / "run"
-    with pytest.raises(CheckpointNotWritten):
-        train(_micro("tensorboard=true"), out, show_progress=False)
-    monkeypatch.undo()
+    stop_at_checkpoint(monkeypatch, 4, lambda: train(_micro("tensorboard=true"), out, show_progress=False))
     train(_micro("tensorboard=true"), out, resume=True, show_progress=False)
 
     metrics = read_metrics(out)
