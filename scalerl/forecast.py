@@ -25,7 +25,7 @@ listed after the overall fit in ``fit.json`` (each fit names its column in ``"y"
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from scalerl.config import ForecastConfig
 
@@ -116,7 +116,7 @@ class Forecaster:
             self.domains[domain] = Forecaster(self.cfg, self.x_name, f"val/{domain}/pass_rate", self.bounded)
         return self.domains[domain]
 
-    def _fit(self, ci: bool, source: str = "run") -> Any | None:
+    def _fit(self, ci: bool, source: str = "run", predict_at: Sequence[float] = ()) -> Any | None:
         from scalerl import curves
 
         self.last_error = None
@@ -128,6 +128,7 @@ class Forecaster:
                 self.y,
                 fit_from=self.cfg.fit_from,
                 ci=ci,
+                predict_at=predict_at,
                 source=source,
                 x_name=self.x_name,
                 y_name=self.y_name,
@@ -142,8 +143,8 @@ class Forecaster:
         out: dict[str, float] = {}
         for d, v in (domains or {}).items():
             out.update({k.replace("forecast/", f"forecast/{d}/", 1): x for k, x in self._domain(d).update(compute, v).items()})
-        if self.x and compute <= self.x[-1]:
-            compute = self.x[-1] + 1e-12  # two evals with no training between them
+        if self.x and compute < self.x[-1]:
+            compute = self.x[-1]  # compute never goes back (two evals with no training between them share it)
         self.x.append(compute)
         self.y.append(value)
         fit = self._fit(ci=True)
@@ -167,18 +168,25 @@ class Forecaster:
             **out,
         }
 
+    def _predict_at(self) -> list[float]:
+        """Where ``scalerl fit`` predicts by default: the last compute and twice it (so fit.json's predictions are
+        the offline fit's)."""
+        return [float(max(self.x)), 2 * float(max(self.x))] if self.x else []
+
     def write_final(self, run_dir: Path, title: str, source: str = "metrics.jsonl") -> dict[str, Any]:
         from scalerl import curves
         from scalerl.atomic import write_json
         from scalerl.curves.extrapolation import half_budget_check
 
         source = str(Path(run_dir) / source)
-        fit = self._fit(ci=True, source=source)
-        if fit is None:
+        fit = self._fit(ci=True, source=source, predict_at=self._predict_at())
+        if fit is None:  # no fit of the whole run: no fit.json or curve.png of an earlier part of it either
+            for name in ("fit.json", "curve.png"):
+                (Path(run_dir) / name).unlink(missing_ok=True)
             return {"fit": None, "points": len(self.x)}
         check, note = half_budget_check(self.x, self.y, source, fit_from=self.cfg.fit_from)
         extrapolation = {**check.to_json(), "covers_full_A": check.covers_fit(fit)} if check else {"note": note}
-        per_domain = {d: f._fit(ci=True, source=source) for d, f in self.domains.items()}
+        per_domain = {d: f._fit(ci=True, source=source, predict_at=f._predict_at()) for d, f in self.domains.items()}
         fits = [(self.y_name, fit)] + [(d, f) for d, f in per_domain.items() if f is not None]
         write_json(Path(run_dir) / "fit.json", {"fits": [f.to_json() for _, f in fits], "extrapolation": extrapolation})
         labels = [name for name, _ in fits] if len(fits) > 1 else None

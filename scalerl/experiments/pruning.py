@@ -42,6 +42,8 @@ DEFAULT_MARGIN = 0.02  # App. A.5: differences of A within 0.02 are ties
 # above where it ended and five runs that tied it would have been stopped (docs/RESULTS.md).
 DEFAULT_LEVEL = 0.95
 MIN_POINTS = 6  # fewer evaluations than this: no outlook yet
+TIE = 1e-12  # a gap this close to the margin is the margin: 0.2 - 0.18 is 0.020000000000000018 in floats, and a run
+# exactly the margin below the leader is not "more than the margin below"
 RUNGS = (1 / 8, 1 / 4, 1 / 2, 1.0)  # shares of the per-run compute budget at which live runs are fitted and decided
 
 
@@ -169,7 +171,7 @@ def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGI
             out[name] = Decision(False, "no trustworthy forecast yet: kept running", None, leader, best_lo)
         elif name == leader:
             out[name] = Decision(False, "the leader", o, leader, best_lo)
-        elif o.hi < best_lo - margin:
+        elif best_lo - o.hi > margin + TIE:  # exactly the margin below (0.20 and 0.18 at 0.02) is within it
             out[name] = Decision(True, f"cannot win: its {_basis(o)} is at most {o.hi:.3f}, more than {margin:g} "
                                        f"below the leader {leader}'s lower end {best_lo:.3f}", o, leader, best_lo)
         else:

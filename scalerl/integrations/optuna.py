@@ -42,7 +42,8 @@ class ForecastPruner(optuna.pruners.BasePruner):
 
     ``budget``: the compute each trial would get unpruned, in the units of its reported steps (times
     ``compute_per_step``). ``level``: the forecast interval used while a trial's A is not identified.
-    ``bounded``: rewards in [0, 1] (False for rewards such as ±1)."""
+    ``bounded``: rewards in [0, 1] (False for rewards such as ±1); a report outside [0, 1] while ``bounded`` is a
+    ValueError naming it (a bounded fit cannot take it: the pruner would otherwise never forecast)."""
 
     def __init__(self, budget: float, *, margin: float = DEFAULT_MARGIN, level: float = DEFAULT_LEVEL,
                  min_points: int = MIN_POINTS, bounded: bool = True, compute_per_step: float = 1.0) -> None:
@@ -51,12 +52,21 @@ class ForecastPruner(optuna.pruners.BasePruner):
         self.budget, self.margin, self.level = float(budget), float(margin), float(level)
         self.min_points, self.bounded, self.compute_per_step = int(min_points), bounded, float(compute_per_step)
         self.decisions: dict[int, Decision] = {}
-        self._outlooks: dict[tuple[int, int], Outlook | None] = {}  # (trial number, points) -> outlook
+        # the reports -> their outlook: keyed by what was reported, not by trial number (a pruner reused for another
+        # study meets trial 0 again with other reports)
+        self._outlooks: dict[tuple[tuple[int, float], ...], Outlook | None] = {}
 
     def _outlook(self, trial: optuna.trial.FrozenTrial) -> Outlook | None:
         # NaN or ±inf: not a report (an infinite one would leave the trial's outlook unbounded: never pruned)
         values = sorted((step, v) for step, v in trial.intermediate_values.items() if math.isfinite(v))
-        key = (trial.number, len(values))
+        if self.bounded:
+            outside = next(((step, v) for step, v in values if not 0 <= v <= 1), None)
+            if outside is not None:  # Eq. 1 bounded to [0, 1] cannot fit it: refused, not silently never pruned
+                raise ValueError(
+                    f"ForecastPruner(bounded=True) forecasts a reward in [0, 1], but trial {trial.number} reported "
+                    f"{outside[1]:g} at step {outside[0]}; pass bounded=False for a metric outside [0, 1] (a reward "
+                    "of ±1, a score in percent)")
+        key = tuple(values)
         if key not in self._outlooks:
             x = [step * self.compute_per_step for step, _ in values]
             y = [v for _, v in values]
