@@ -151,3 +151,26 @@ def test_runner_stops_on_the_rule_and_says_why(tmp_path, capsys):
     assert "stopped before the budget (--stop-when): reward>=0 holds" in printed
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0] and rows[0]["stop/reward"] == rows[0]["val/pass_rate"]
+
+
+def test_gain_and_reach_read_the_fit_the_run_logs_its_window_included():
+    """A run with ``forecast.fit_from`` logs ``forecast/*`` from that window; ``--stop-when gain<…`` fitted the
+    default window instead, so it could stop on a forecast the run never showed."""
+    from types import SimpleNamespace
+
+    from scalerl.curves import fit_curve
+    from scalerl.experiments.stopping import StopWhen
+
+    x, y = curve(0.7, 2.0, 3.0)
+    budget, fit_from = 6.0, 1.2
+    own = fit_curve(x, y, fit_from=fit_from)
+    want = float(own.forecast([budget])[0] - own.forecast([float(max(x))])[0])
+    default = fit_curve(x, y)
+    assert abs(want - float(default.forecast([budget])[0] - default.forecast([float(max(x))])[0])) > 1e-6
+    assert check([Condition("gain", "<", 0.5)], x, y, budget, fit_from=fit_from).metrics["stop/gain"] == \
+        pytest.approx(want)
+    cfg = micro_config("steps=20", f"forecast.fit_from={fit_from}", "max_device_hours=6")
+    state = SimpleNamespace(forecaster=SimpleNamespace(x=list(x), y=list(y), bounded=True), step=10,
+                            meter=SimpleNamespace(device_hours=float(max(x))), wall=lambda: 1.0)
+    verdict = StopWhen((Condition("gain", "<", 0.5),))(cfg, state)
+    assert verdict.metrics["stop/gain"] == pytest.approx(want)

@@ -114,13 +114,15 @@ def outlook_of(fit: FitResult, budget: float, *, level: float = DEFAULT_LEVEL) -
 
 
 def trusted_fit(x: Sequence[float], y: Sequence[float], *, bounded: bool = True,
-                min_points: int = MIN_POINTS) -> FitResult | None:
-    """Eq. 1 fitted to one run's points so far, or None while its forecast is not to be acted on: fewer than
-    ``min_points`` evaluations, a failed fit, or a curve the forecast flags as not described by Eq. 1."""
+                min_points: int = MIN_POINTS, fit_from: float | None = None) -> FitResult | None:
+    """Eq. 1 fitted to one run's points so far (``fit_from``: the run's ``forecast.fit_from``, so that a rule acts on
+    the fit the run logs as ``forecast/*``; None: the default window), or None while its forecast is not to be
+    acted on: fewer than ``min_points`` evaluations, a failed fit, or a curve the forecast flags as not described by
+    Eq. 1."""
     if len(x) < min_points:
         return None
     try:
-        fit = fit_curve(x, y, bounded=bounded)
+        fit = fit_curve(x, y, bounded=bounded, fit_from=fit_from)
     except FitError:
         return None
     return fit if fit.reliable else None

@@ -115,12 +115,14 @@ class Verdict:
 
 
 def check(conditions: Sequence[Condition], x: Sequence[float], y: Sequence[float], budget: float | None,
-          *, bounded: bool = True, level: float = DEFAULT_LEVEL, min_points: int = MIN_POINTS) -> Verdict:
-    """Read ``conditions`` on a run's evaluations so far (``x`` compute, ``y`` pass rate) and its full ``budget``."""
+          *, bounded: bool = True, level: float = DEFAULT_LEVEL, min_points: int = MIN_POINTS,
+          fit_from: float | None = None) -> Verdict:
+    """Read ``conditions`` on a run's evaluations so far (``x`` compute, ``y`` pass rate) and its full ``budget``;
+    ``fit_from``: the run's ``forecast.fit_from`` (the window of the fit it logs)."""
     values: dict[str, float | None] = {"reward": float(y[-1]) if len(y) else None, "gain": None, "reach": None}
     why_none = f"no trustworthy forecast yet ({len(x)}/{min_points} evaluations, or Eq. 1 does not describe the run)"
     needs_fit = any(c.name in ("gain", "reach") for c in conditions)
-    fit = trusted_fit(x, y, bounded=bounded, min_points=min_points) if needs_fit and budget else None
+    fit = trusted_fit(x, y, bounded=bounded, min_points=min_points, fit_from=fit_from) if needs_fit and budget else None
     if fit is not None:
         now = float(max(x))
         values["gain"] = float(fit.forecast([max(budget, now)])[0] - fit.forecast([now])[0])
@@ -154,4 +156,4 @@ class StopWhen:
     def __call__(self, cfg: RunConfig, state: Any) -> Verdict:
         f = state.forecaster
         budget = run_budget(cfg, state.step, state.meter.device_hours, state.wall())
-        return check(self.conditions, f.x, f.y, budget, bounded=f.bounded)
+        return check(self.conditions, f.x, f.y, budget, bounded=f.bounded, fit_from=cfg.forecast.fit_from)
