@@ -9,6 +9,7 @@ warns when the truncation rate crosses the paper's lines (:class:`TruncationMoni
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,19 @@ def make_console(stderr: bool = False, **kwargs: Any) -> Console:
         console.soft_wrap = True
         console.width = PLAIN_WIDTH
     return console
+
+
+def _number(value: Any) -> float | None:
+    """A metrics value as a float; None where it is missing or not a number (a skipped step logs None)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _fmt(value: Any, spec: str) -> str:
+    """A metrics value formatted with ``spec``; ``-`` where it is missing or not a number (NaN shows as nan)."""
+    number = _number(value)
+    return "-" if number is None else format(number, spec)
 
 
 class RunDisplay:
@@ -75,27 +89,35 @@ class RunDisplay:
     def _line(self, record: dict[str, Any]) -> None:
         """Without the live display: the status as one plain line."""
         if self.enabled and not self.live:
-            elapsed = int(record.get("time/wall_s") or 0)
-            self.console.print(f"{self.cfg.name} step {record['step']}/{self.cfg.steps} "
+            wall = _number(record.get("time/wall_s"))
+            elapsed = int(wall) if wall is not None and math.isfinite(wall) and wall > 0 else 0
+            self.console.print(f"{self.cfg.name} step {record.get('step', '?')}/{self.cfg.steps} "
                                f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  {self._train}",
                                highlight=False)
 
     def step(self, record: dict[str, Any]) -> None:
-        self._train = f"reward {record.get('train/reward_mean', 0):+.3f}  pass {record.get('train/pass_rate', 0):.3f}"
-        trunc = record.get("train/truncation_rate") or 0.0
+        """One training step's row; a key it lacks, or holds as None or NaN (a skipped step), shows as ``-``/nan."""
+        self._train = (f"reward {_fmt(record.get('train/reward_mean'), '+.3f')}  "
+                       f"pass {_fmt(record.get('train/pass_rate'), '.3f')}")
+        trunc = _number(record.get("train/truncation_rate"))
+        trunc = trunc if trunc is not None and math.isfinite(trunc) else 0.0
         if trunc > LEVELS[-1][0]:
             self._train += f"  [red]truncation {trunc:.0%}[/red]"
-        warning = self._truncation.check(int(record["step"]), trunc)  # once per climb above a line (5%, 10%)
-        if warning is not None:
-            self.console.print(f"[yellow]warning:[/yellow] {warning}")
-        self._refresh(int(record["step"]))
+        step = _number(record.get("step"))
+        step = int(step) if step is not None and math.isfinite(step) else None
+        if step is not None:
+            warning = self._truncation.check(step, trunc)  # once per climb above a line (5%, 10%)
+            if warning is not None:
+                self.console.print(f"[yellow]warning:[/yellow] {warning}")
+        self._refresh(step)
         self._line(record)
 
     def eval(self, record: dict[str, Any], stop: str | None = None) -> None:
         """One evaluation: the validation pass rate, the forecast, and (``stop``, with ``--stop-when``) how far
         the run is from each of its stop conditions."""
-        self._val = f"val {record['val/pass_rate']:.3f}"
-        forecast = describe_record(record)
+        self._val = f"val {_fmt(record.get('val/pass_rate'), '.3f')}"
+        # describe_record reads numbers: a value logged as None (or not a number) is left out, as if not logged
+        forecast = describe_record({k: v for k, v in record.items() if k == "step" or _number(v) is not None})
         if forecast is not None:
             self._val += f"  forecast {forecast}"
         if stop:
@@ -104,8 +126,9 @@ class RunDisplay:
         if not self.enabled:
             return
         tiers = [(k.split("/")[2], v) for k, v in record.items() if k.startswith("val/tier/")]
-        by_tier = f"  (by tier: {', '.join(f'{t} {v:.3f}' for t, v in tiers)})" if tiers else ""
-        self.console.print(f"step {record['step']}: {self._val}{by_tier}", highlight=False)
+        shown = ", ".join(f"{t} {_fmt(v, '.3f')}" for t, v in tiers)
+        by_tier = f"  (by tier: {shown})" if tiers else ""
+        self.console.print(f"step {record.get('step', '?')}: {self._val}{by_tier}", highlight=False)
 
 
 # ------------------------------------------------------------------------------------------ truncation

@@ -10,6 +10,7 @@ from the run directory (``config.yaml``, ``metrics.jsonl``, ``fit.json``); a fil
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 from typing import Any, Callable
@@ -81,9 +82,39 @@ def reproduce_command(cfg: RunConfig, out: str | Path) -> str:
     return " \\\n  ".join(lines)
 
 
+_BREAK = re.compile(r"[ \t]*[\r\n\v\f\x1c-\x1e\x85\u2028\u2029]+[ \t]*")
+
+
+def _one_line(value: Any) -> str:
+    """``value`` as text on one line: each line break (and the blanks around it) as one space."""
+    return _BREAK.sub(" ", str(value))
+
+
+def _text(value: Any) -> str:
+    """User text (a run name, a model folder, a config value) as Markdown that shows it as it is: on one line (a line
+    break would end a table row, or start a heading, an HTML block or a code fence), with no raw HTML (a tag or a
+    comment would be hidden, with what follows), no code span, link or image, and backslashes shown as typed."""
+    text = _one_line(value).replace("\\", "\\\\").replace("`", "\\`").replace("](", "]\\(")
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _code(value: Any) -> str:
+    """``value`` on one line as a code span, fenced with more backticks than it holds in a row."""
+    text = _one_line(value)
+    fence = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _fenced(language: str, body: str) -> list[str]:
+    """A fenced code block of ``body``, its fence longer than any run of backticks in it (so no line closes it)."""
+    fence = "`" * max(3, max((len(r) for r in re.findall("`+", body)), default=0) + 1)
+    return [fence + language, body, fence]
+
+
 def _table(header: tuple[str, ...], rows: list[tuple[Any, ...]]) -> list[str]:
     def cell(v: Any) -> str:
-        return str(v).replace("|", "\\|")
+        return _text(v).replace("|", "\\|")
 
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
             *["| " + " | ".join(cell(v) for v in row) + " |" for row in rows], ""]
@@ -115,7 +146,7 @@ def _compute(metrics: list[dict[str, Any]]) -> list[str]:
     last = metrics[-1]
     hours = last.get("compute/device_hours", 0.0) or 0.0
     rows = [("steps trained", last.get("step", 0)), ("device-hours", f"{hours:.4g} ({hours * 3600:.0f} device-s)"),
-            ("FLOPs (2·P per generated token, 6·P per trained token)", f"{last.get('compute/flops', 0.0):.3g}"),
+            ("FLOPs (2·P per generated token, 6·P per trained token)", f"{last.get('compute/flops', 0.0) or 0.0:.3g}"),
             ("completion tokens generated", f"{int(last.get('compute/tokens', 0) or 0):,}"),
             ("wall clock", f"{last.get('time/wall_s', 0.0) or 0.0:.0f} s")]
     return _table(("spent", "amount"), rows)
@@ -129,7 +160,7 @@ def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[s
                 "Forecast trust: not available.", ""]
     lines = []
     for fit in fits:
-        label = "" if fit is fits[0] else f"{fit['y']}: "
+        label = "" if fit is fits[0] else f"{_text(fit['y'])}: "
         lines.append(f"- {label}{describe_fit(fit)}{' (95% interval)' if fit['identified'] else ''}, "
                      f"{describe_shape(fit, ' ' + fit['x'])} ({fit['n_points']} points, {fit.get('method', '')})")
     check = (fit_doc or {}).get("extrapolation") or {}
@@ -143,16 +174,16 @@ def _fit(fit_doc: dict[str, Any] | None, cfg: RunConfig, n_evals: int) -> list[s
 
 
 def _use(folder: str) -> list[str]:
+    literal, arg = json.dumps(folder), shlex.quote(folder)  # a JSON string is a Python string literal
     return [
         "## Use", "",
-        "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
-        f'model = AutoModelForCausalLM.from_pretrained("{folder}")',
-        f'tokenizer = AutoTokenizer.from_pretrained("{folder}")',
-        "```", "",
-        f"Serve it with vLLM: `vllm serve {folder}`. `generation_config.json` samples as training did "
+        *_fenced("python", "\n".join([
+            "from transformers import AutoModelForCausalLM, AutoTokenizer",
+            f"model = AutoModelForCausalLM.from_pretrained({literal})",
+            f"tokenizer = AutoTokenizer.from_pretrained({literal})"])), "",
+        f"Serve it with vLLM: {_code('vllm serve ' + arg)}. `generation_config.json` samples as training did "
         "(temperature 1, whole vocabulary); the run's interruptions (§2) are scalerl's engines' own and not part "
-        f"of plain `generate`. `scalerl eval {folder}` evaluates it as the run did.", "",
+        f"of plain `generate`. {_code('scalerl eval ' + arg)} evaluates it as the run did.", "",
     ]
 
 
@@ -167,14 +198,14 @@ def render_run_card(cfg: RunConfig, run_dir: Path | None, export_step: int | Non
     if export_step is not None:
         lines += ["---", "library_name: transformers", "pipeline_tag: text-generation",
                   "tags: [scalerl, reinforcement-learning]", "---", ""]
-    lines += [f"# {cfg.name}: {cfg.model.name} trained with RL on {task}", "",
+    lines += [f"# {_text(cfg.name)}: {_text(cfg.model.name)} trained with RL on {_text(task)}", "",
               "Trained with [scalerl](https://arxiv.org/abs/2510.13786) (\"The Art of Scaling Reinforcement Learning "
               "Compute for LLMs\"), seed " f"{cfg.seed}.", ""]
     if export_step is not None:
         logged = next((r["val/pass_rate"] for r in metrics if r.get("step") == export_step
                        and r.get("val/pass_rate") is not None), None)
         at = f"; validation pass rate logged at that step: {logged:.3f}" if logged is not None else ""
-        lines += [f"This folder holds the policy at step {export_step} of run `{run_dir}`{at}.", ""]
+        lines += [f"This folder holds the policy at step {export_step} of run {_code(run_dir)}{at}.", ""]
     lines += ["## Recipe", ""] + _table(("component", "this run", "paper"), [(n, f(cfg), s) for n, f, s in RECIPE])
     preset = base_preset(cfg)
     diff = config_diff(load_config(preset), cfg)
@@ -186,7 +217,7 @@ def render_run_card(cfg: RunConfig, run_dir: Path | None, export_step: int | Non
     lines += ["## Final validation and downstream pass rates", ""] + _results(metrics, cfg)
     n_evals = sum(r.get("val/pass_rate") is not None for r in metrics)
     lines += ["## Fit of the compute-reward curve (Eq. 1)", ""] + _fit(fit_doc, cfg, n_evals)
-    lines += ["## Reproduce", "", "```bash", reproduce_command(cfg, run_dir or "runs/" + cfg.name), "```", ""]
+    lines += ["## Reproduce", "", *_fenced("bash", reproduce_command(cfg, run_dir or "runs/" + cfg.name)), ""]
     if export_step is not None:
         lines += _use(export_dir)
     return "\n".join(lines)

@@ -1,17 +1,19 @@
 """Supervised warm-up: a short teacher-forced phase on the task's demonstrations so that RL starts as from a
 base model, with a low but non-zero pass rate (the paper's runs start from pretrained models; §2, §5).
 
-Cached on disk: the key hashes everything that determines the result (the initial weights, the tokenizer's
-vocabulary, the training demonstrations, the warm-up config and the seed), so a second run with the same
-inputs loads the weights in well under a second. The cache directory is ``cache_dir``, else
+Cached on disk: the key hashes everything that determines the result (the architecture and initial weights, the
+tokenizer's vocabulary and special ids, the training demonstrations, the warm-up config and the seed;
+``_cache_key``), so a second run with the same inputs loads the weights in well under a second. The cache directory is ``cache_dir``, else
 ``$SCALERL_CACHE``, else ``~/.cache/scalerl``; files are written atomically.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,15 +53,67 @@ def _examples(
     ]
 
 
+# an HF config's entries that do not change what the network computes: where it was loaded from, the version that
+# wrote it, and its dtype (the weights' dtype is keyed from the weights themselves)
+_CONFIG_NOISE = ("_name_or_path", "transformers_version", "dtype", "torch_dtype")
+
+
+def _architecture(model: torch.nn.Module) -> dict[str, Any]:
+    """What the network computes beyond its weights: the heads a matrix is split into, the rotary base, the norm's
+    epsilon, the activation (two networks with the same weights and another head count train differently). The
+    built-in model's ``TinyConfig`` less its context length (the rotary tables of the positions a warm-up uses do not
+    depend on it); a Hugging Face model's config."""
+    cfg = getattr(model, "cfg", None)
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        arch = dataclasses.asdict(cfg)
+        arch.pop("max_seq_len", None)
+        return {"class": type(model).__name__, **arch}
+    inner = inner_hf_model(model)
+    config = getattr(inner, "config", None)
+    if config is not None and hasattr(config, "to_json_string"):
+        arch = json.loads(config.to_json_string(use_diff=False))
+        return {"class": type(inner).__name__, **{k: v for k, v in arch.items() if k not in _CONFIG_NOISE}}
+    return {"class": type(model).__name__}
+
+
 def _cache_key(model: torch.nn.Module, tokenizer: Tokenizer, examples: list, cfg: WarmupConfig, seed: int) -> str:
+    """Everything the warm-up's result depends on: the format (code) version, the seed, the resolved warm-up config,
+    the network's architecture and initial weights, the tokenizer's special ids (padding marks the attention mask) and
+    the demonstrations as token ids (the task, its params and splits, the tokenizer and the prompt format)."""
     h = hashlib.sha256()
+    tok = {"vocab": tokenizer.vocab_size, "pad": tokenizer.pad_id, "eos": tokenizer.eos_id, "bos": tokenizer.bos_id}
     h.update(json.dumps({"format": _FORMAT, "seed": seed, "cfg": cfg.model_dump(exclude={"cache"}),
-                         "vocab": tokenizer.vocab_size, "examples": examples}).encode())
+                         "arch": _architecture(model), "tokenizer": tok, "examples": examples},
+                        sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
         h.update(name.encode())
         h.update(str(tensor.dtype).encode())
         h.update(tensor.detach().cpu().float().numpy().tobytes())
     return h.hexdigest()[:32]
+
+
+def _load_cached(path: Path, model: torch.nn.Module) -> dict[str, Any] | None:
+    """The stats of the cache entry at ``path``, its weights loaded into ``model``; None (``model`` untouched, a
+    warning on stderr) when the entry cannot be read or does not hold this model's weights (a truncated or damaged
+    file): the warm-up then runs again and replaces it."""
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        state, stats = saved["state_dict"], dict(saved["stats"])
+        own = model.state_dict()
+        whole = set(state) == set(own) and all(
+            isinstance(state[k], torch.Tensor) and state[k].shape == v.shape and state[k].dtype == v.dtype
+            for k, v in own.items())
+    except Exception as exc:  # noqa: BLE001  (a damaged file fails in many ways: zip, pickle, EOF, layout)
+        whole, reason = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+    else:
+        reason = "it does not hold this model's weights"
+    if not whole:
+        print(f"warning: the warm-up cache entry {path} cannot be used ({reason}); warming up again",
+              file=sys.stderr, flush=True)
+        return None
+    with torch.no_grad():
+        model.load_state_dict(state)
+    return stats
 
 
 def _batch(examples: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[torch.Tensor, ...]:
@@ -97,17 +151,20 @@ def warmup(
     examples = _examples(task, tokenizer, encode)
     path = cache_root(cache_dir) / "warmup" / f"{_cache_key(model, tokenizer, examples, cfg, seed)}.pt"
     if cfg.cache and path.is_file():
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-        with torch.no_grad():
-            model.load_state_dict(saved["state_dict"])
-        return {**saved["stats"], "cached": True, "seconds": watch.stop(), "path": str(path)}
+        stats = _load_cached(path, model)
+        if stats is not None:
+            return {**stats, "cached": True, "seconds": watch.stop(), "path": str(path)}
 
     stats = _train(model, tokenizer, examples, cfg, seed)
     stats["seconds"] = watch.stop()
     if cfg.cache:
-        with atomic_path(path) as tmp:
-            torch.save({"state_dict": model.state_dict(), "stats": stats}, tmp)
-        stats["path"] = str(path)
+        try:
+            with atomic_path(path) as tmp:
+                torch.save({"state_dict": model.state_dict(), "stats": stats}, tmp)
+            stats["path"] = str(path)
+        except OSError as exc:  # a read-only or full cache: the model keeps its warm-up, the next run trains again
+            print(f"warning: the warm-up cache entry {path} could not be written ({exc}); the model keeps its "
+                  "warm-up, and the next run with these inputs warms up again", file=sys.stderr, flush=True)
     return {**stats, "cached": False}
 
 
