@@ -173,7 +173,10 @@ class Forecaster:
         the offline fit's)."""
         return [float(max(self.x)), 2 * float(max(self.x))] if self.x else []
 
-    def write_final(self, run_dir: Path, title: str, source: str = "metrics.jsonl") -> dict[str, Any]:
+    def write_final(self, run_dir: Path, title: str, source: str = "metrics.jsonl",
+                    stopped: str | None = None) -> dict[str, Any]:
+        """fit.json and curve.png of the whole run (``stopped``: why ``--stop-when`` ended it before its budget,
+        kept in fit.json as ``"stopped"``); the summary the runner returns."""
         from scalerl import curves
         from scalerl.atomic import write_json
         from scalerl.curves.extrapolation import half_budget_check
@@ -183,12 +186,15 @@ class Forecaster:
         if fit is None:  # no fit of the whole run: no fit.json or curve.png of an earlier part of it either
             for name in ("fit.json", "curve.png"):
                 (Path(run_dir) / name).unlink(missing_ok=True)
+            if stopped:  # but why the run stopped is kept (the run card reads it), with no fit beside it
+                write_json(Path(run_dir) / "fit.json", {"fits": [], "stopped": stopped})
             return {"fit": None, "points": len(self.x)}
         check, note = half_budget_check(self.x, self.y, source, fit_from=self.cfg.fit_from)
         extrapolation = {**check.to_json(), "covers_full_A": check.covers_fit(fit)} if check else {"note": note}
         per_domain = {d: f._fit(ci=True, source=source, predict_at=f._predict_at()) for d, f in self.domains.items()}
         fits = [(self.y_name, fit)] + [(d, f) for d, f in per_domain.items() if f is not None]
-        write_json(Path(run_dir) / "fit.json", {"fits": [f.to_json() for _, f in fits], "extrapolation": extrapolation})
+        doc = {"fits": [f.to_json() for _, f in fits], "extrapolation": extrapolation}
+        write_json(Path(run_dir) / "fit.json", {**doc, "stopped": stopped} if stopped else doc)
         labels = [name for name, _ in fits] if len(fits) > 1 else None
         curves.plot_fits([f for _, f in fits], Path(run_dir) / "curve.png", title=title, labels=labels)
         summary = {"fit": fit.to_json(), "extrapolation": extrapolation, "points": len(self.x)}

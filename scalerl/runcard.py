@@ -214,6 +214,9 @@ def render_run_card(cfg: RunConfig, run_dir: Path | None, export_step: int | Non
     lines += _table(("field", preset, "this run"), shown) \
         if diff else ["None: the run is the preset as it stands.", ""]
     lines += ["## Compute spent", ""] + _compute(metrics)
+    if (fit_doc or {}).get("stopped"):  # fit.json: why --stop-when ended the run before its budget
+        lines += [f"Stopped before its budget by `--stop-when`: {_text(str(fit_doc['stopped']))}; `--resume` "
+                  "continues it.", ""]
     lines += ["## Final validation and downstream pass rates", ""] + _results(metrics, cfg)
     n_evals = sum(r.get("val/pass_rate") is not None for r in metrics)
     lines += ["## Fit of the compute-reward curve (Eq. 1)", ""] + _fit(fit_doc, cfg, n_evals)

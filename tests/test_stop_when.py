@@ -151,6 +151,10 @@ def test_runner_stops_on_the_rule_and_says_why(tmp_path, capsys):
     assert "stopped before the budget (--stop-when): reward>=0 holds" in printed
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0] and rows[0]["stop/reward"] == rows[0]["val/pass_rate"]
+    # the reason is kept in the run directory: fit.json (no fit of one evaluation beside it) and the run card
+    assert json.loads((out / "fit.json").read_text()) == {"fits": [], "stopped": "reward>=0 holds: " + printed.split(
+        "reward>=0 holds: ", 1)[1].split(";")[0].strip()}
+    assert "Stopped before its budget by `--stop-when`: reward&gt;=0 holds" in (out / "README.md").read_text()
 
 
 def test_gain_and_reach_read_the_fit_the_run_logs_its_window_included():

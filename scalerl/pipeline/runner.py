@@ -216,7 +216,8 @@ def _run(
     finally:
         backend.close()
         log.close()
-    summary = state.forecaster.write_final(out, title=cfg.name)  # fit.json and curve.png for the whole run
+    # fit.json and curve.png for the whole run, with why the stop rule ended it (the run card says so too)
+    summary = state.forecaster.write_final(out, title=cfg.name, stopped=loop.stopped)
     if loop.stopped is not None:
         summary["stopped"] = loop.stopped
     write_run_card(out)  # README.md: what was done and how it came out (scalerl/runcard.py)
