@@ -14,6 +14,7 @@ schedule (``pipeline/schedules.py``) says when each batch may start and whether 
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -105,11 +106,38 @@ def _generator_main(
             for group in schedule.split([Request(**item) for item in items]):
                 for batch in generate_on_schedule(worker, channel, schedule, group):
                     results.put(batch.to_payload())
-    except BaseException:  # report to the trainer process instead of dying silently
+    except Exception:  # a bug, a bad request: report it to the trainer process instead of dying silently
+        results.put({"error": traceback.format_exc()})
+        # and stay until the trainer closes the backend (or is gone: _exit_with_parent). The batches sent before
+        # the report share their tensors by file descriptor, fetched from this process when the trainer reads them:
+        # a process that exited at once took them with it, the trainer saw a death instead of the report, replaced
+        # it, and after every replacement failed the same way the run stopped without the traceback
+        with contextlib.suppress(Exception):
+            while requests.get() is not None:
+                pass
+    except BaseException:  # Ctrl-C (the trainer has it too), an exit: report it and go
         results.put({"error": traceback.format_exc()})
 
 
 DEAD = object()  # ProcessBackend._get: the generator process has died
+
+
+def _close_queue(q: Any) -> None:
+    """Close a multiprocessing queue of this process now (a test's ``queue.Queue`` has nothing to close): the thread
+    that feeds its pipe (waited for up to :data:`EXIT_GRACE_S`: with its reader gone a full pipe would keep it
+    forever, and the interpreter's exit with it) and both ends of its pipe."""
+    if not hasattr(q, "close"):
+        return
+    q.cancel_join_thread()
+    q.close()
+    feeder = getattr(q, "_thread", None)  # started by the first put
+    if feeder is not None:
+        feeder.join(timeout=EXIT_GRACE_S)
+        if feeder.is_alive():
+            return  # blocked on a full pipe no one reads: the pipe stays open for it
+    for end in (getattr(q, "_reader", None), getattr(q, "_writer", None)):
+        if end is not None:
+            end.close()
 
 
 class ProcessBackend(ReadyBatches):
@@ -133,6 +161,7 @@ class ProcessBackend(ReadyBatches):
         self.submitted: dict[int, dict] = {}  # requests whose batch is not yet trained on (or whose group is not)
         self.next_index = 0  # the batch the trainer takes next; earlier ones are trained on
         self.restarts = Restarts(cfg.faults.max_generator_restarts)
+        self.closed = False
         self._start()
 
     def _start(self) -> None:
@@ -243,7 +272,12 @@ class ProcessBackend(ReadyBatches):
         self.requests.put(items)
 
     def publish(self, state_dict: Any, version: int) -> None:
-        self.channel.publish(state_dict, version)
+        """Copy the weights into the channel. A generator killed while it read them (``snapshot``, each in-flight
+        update) died holding the channel's lock, maybe before the trainer noticed its death: the lock of a dead
+        generator is renewed here (as ``_replace`` does), instead of this waiting for it forever."""
+        while not self.channel.publish(state_dict, version, timeout=PARENT_CHECK_S):
+            if not self.proc.is_alive():
+                self.channel.renew_lock(self.ctx)
 
     def hold(self, on: bool) -> None:
         """Held: the generator starts no new group. If the trainer's next batch has not arrived, this returns once
@@ -279,12 +313,31 @@ class ProcessBackend(ReadyBatches):
         return self.restarts.metrics()
 
     def close(self) -> None:
-        if self.proc.is_alive():
-            self.requests.put(None)
-            self.proc.join(timeout=10)
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(timeout=5)
+        """Stop the generator process (it finishes the groups it was asked for, then exits; terminated, then killed,
+        if it has not within 10 s, then 5 s) and release at once what this side holds of it: the queues (the thread
+        that feeds the requests' pipe, both pipes, their semaphores in ``/dev/shm``), the process handle and the
+        weights' shared memory. Left to the garbage collector they outlived the run: a run that ends by an exception
+        keeps its backend in the traceback, and a sweep runs many runs in one process. Closing twice does nothing."""
+        if self.closed:
+            return
+        self.closed = True
+        proc = self.proc
+        try:
+            if proc.is_alive():
+                with contextlib.suppress(ValueError, OSError):  # a queue closed by a failed replacement
+                    self.requests.put(None)
+                proc.join(timeout=10)
+            for stop in ("terminate", "kill"):  # one that ignores SIGTERM (a handler of its own) is killed
+                if proc.is_alive() and hasattr(proc, stop):
+                    getattr(proc, stop)()
+                    proc.join(timeout=5)
+        finally:
+            for q in (self.requests, self.results):
+                _close_queue(q)
+            if not proc.is_alive() and hasattr(proc, "close"):
+                proc.close()  # its sentinel descriptor
+            self.requests = self.results = None
+            self.channel = None  # the weights' shared memory, unless the caller keeps the channel
 
 
 @dataclass(frozen=True)

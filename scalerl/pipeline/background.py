@@ -71,9 +71,10 @@ class BackgroundCall:
             raise self._error
         return self._value
 
-    def _stop(self, timeout: float) -> None:
+    def stop(self, timeout: float) -> None:
         """Raise ``SystemExit`` in the call's thread (at its next Python line) and wait up to ``timeout`` seconds
-        for it to end; for the exit hook only."""
+        for it to end: for the exit hook, and for a run ending by an exception while the call runs (its result is
+        not wanted, and the call must not go on beside whatever the process does next: a sweep's next run)."""
         ident = self._thread.ident
         if ident is None or not self._thread.is_alive():
             return
@@ -87,4 +88,4 @@ def _stop_running_calls() -> None:
     with _RUNNING_LOCK:
         running = list(_RUNNING)
     for call in running:
-        call._stop(EXIT_WAIT_S)
+        call.stop(EXIT_WAIT_S)

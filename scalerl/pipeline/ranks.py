@@ -64,14 +64,18 @@ def setup_rank(cfg: RunConfig, world: int) -> tuple[int, int, Schedule]:
 
 
 def exit_code(exc: BaseException | None) -> int:
-    """The process exit code for how a run ended (the CLI's: 2 for a user error, 130 for Ctrl-C)."""
+    """The process exit code for how a run ended, the one the CLI exits rank 0 with: the error's own for a user error
+    (2; 1 for a run stopped by a failing part, ``RunStopped``), 130 for Ctrl-C, a ``SystemExit``'s as the interpreter
+    reads it (``sys.exit()``: 0; a message: 1)."""
     if exc is None:
         return 0
     if isinstance(exc, UserError):
-        return UserError.exit_code
+        return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return 130
     if isinstance(exc, SystemExit):
+        if exc.code is None:
+            return 0
         return exc.code if isinstance(exc.code, int) else 1
     return 1
 

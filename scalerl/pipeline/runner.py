@@ -41,7 +41,7 @@ from scalerl.config import RunConfig, config_from_run_dir, to_yaml
 from scalerl.errors import RunFileNotWritten, RunStopped, UserError
 from scalerl.evaluate import Evaluation, build_evaluation, eval_seed
 from scalerl.forecast import Forecaster
-from scalerl.pipeline.background import BackgroundCall
+from scalerl.pipeline.background import EXIT_WAIT_S, BackgroundCall
 from scalerl.pipeline.backends import backend_devices, make_backend
 from scalerl.pipeline.ready import Backend
 from scalerl.models.registry import prompt_encoder
@@ -213,6 +213,9 @@ def _run(
     try:
         with loop.display:
             loop.run(warm_stats, fresh=ckpt is None, evaluate_first=ckpt is not None and state.step in unlogged)
+    except BaseException:
+        loop.abandon()
+        raise
     finally:
         backend.close()
         log.close()
@@ -380,6 +383,13 @@ class RunLoop:
             res = self.evaluation(seed)
             row, hours, seconds = self.row(), self.state.meter.device_hours, clock.stop()
         self._log_eval(row, hours, res, seconds)
+
+    def abandon(self) -> None:
+        """Stop the evaluation running beside the steps, unlogged: the run is ending by an exception (a resumed run
+        evaluates that step again). Left running, it went on after ``train`` had raised, beside a sweep's next run."""
+        pending, self.pending = self.pending, None
+        if pending is not None:
+            pending.call.stop(EXIT_WAIT_S)
 
     def collect(self, before_step: int | None = None) -> None:
         """Wait for the evaluation running beside the steps (a pause) and log it; with ``before_step``, only one

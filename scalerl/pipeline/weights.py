@@ -68,11 +68,20 @@ class WeightChannel:
         return bool(self._busy.value)
 
     @torch.no_grad()
-    def publish(self, state_dict: Mapping[str, torch.Tensor], version: int) -> None:
-        with self._lock:
+    def publish(self, state_dict: Mapping[str, torch.Tensor], version: int, timeout: float | None = None) -> bool:
+        """Copy in the weights at ``version`` (the version last, so a reader that sees it finds the tensors whole).
+        With ``timeout``: False, nothing changed, when a reader has held the lock that long (the caller checks that
+        it is alive: a dead one holds it forever, see :meth:`renew_lock`)."""
+        lock = self._lock
+        if not (lock.acquire() if timeout is None else lock.acquire(timeout=timeout)):
+            return False
+        try:
             for k, t in self.tensors.items():
                 t.copy_(state_dict[k].detach())
             self._version.value = version
+        finally:
+            lock.release()
+        return True
 
     @torch.no_grad()
     def snapshot(self) -> tuple[int, dict[str, torch.Tensor]]:
