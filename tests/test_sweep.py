@@ -65,6 +65,8 @@ def test_spec_layers_base_set_run_and_command_line(tmp_path):
         ("grid: {steps: []}\n", "grid field 'steps' has no values"),
         ("base: nope\nruns: {a: []}\n", "unknown preset 'nope'"),
         ("runs: [a, b\n", "not valid YAML"),
+        ("runs: {1e5: [seed=1]}\n", "the run name 100000.0 is not text (YAML read it as a float); quote it"),
+        ("runs: {yes: [seed=1]}\n", "the run name True is not text"),
     ],
 )
 def test_malformed_spec_is_one_line_user_error(tmp_path, text, needle):

@@ -132,6 +132,11 @@ def load_sweep(path: str | Path, extra: list[str] | tuple[str, ...] = ()) -> Swe
     """Read and validate a sweep spec file; ``extra`` overrides (``--set``) apply to every run, last."""
     where = f"sweep spec {path}"
     data = read_yaml(Path(path), "sweep spec")
+    runs = data.get("runs") if isinstance(data, dict) else None
+    for name in runs if isinstance(runs, dict) else ():
+        if not isinstance(name, str):  # YAML read the name as a number, a date, true/false or null
+            raise UserError(f"{where}: runs: the run name {name!r} is not text (YAML read it as a "
+                            f"{type(name).__name__}); quote it in the spec")
     try:
         spec = _SpecFile.model_validate(data)
     except ValidationError as exc:
