@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 class UserError(Exception):
@@ -112,12 +114,30 @@ def check_writable_dir(path: str | os.PathLike[str], what: str = "--out") -> Non
 
 def check_number(flag: str, value: float | None, low: float | None = None, high: float | None = None,
                  low_open: bool = False, high_open: bool = False) -> None:
-    """A UserError unless ``value`` (None: not given) is finite and within [low, high] (open ends where asked)."""
+    """A UserError unless ``value`` (None: not given) is a finite number (not true/false, not text) within
+    [low, high] (open ends where asked)."""
     if value is None:
         return
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise UserError(f"{flag} must be a number, got {value!r}")
     if not math.isfinite(value):
         raise UserError(f"{flag} must be a finite number, got {value}")
     if low is not None and (value <= low if low_open else value < low):
         raise UserError(f"{flag} must be {'>' if low_open else '≥'} {low:g}, got {value:g}")
     if high is not None and (value >= high if high_open else value > high):
         raise UserError(f"{flag} must be {'<' if high_open else '≤'} {high:g}, got {value:g}")
+
+
+def check_int(flag: str, value: Any) -> int:
+    """``value`` when it is a whole number (not true/false, not 2.5: an operand count or a length of 3.5 was read
+    as 3 by a task's generator); a one-line UserError naming ``flag`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UserError(f"{flag} must be a whole number, got {value!r}")
+    return int(value)
+
+
+def check_flag(flag: str, value: Any) -> bool:
+    """``value`` when it is true or false (``"no"`` would be read as true); a one-line UserError otherwise."""
+    if not isinstance(value, bool):
+        raise UserError(f"{flag} must be true or false, got {value!r}")
+    return value

@@ -39,6 +39,12 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
+def _finite(value: Any) -> float | None:
+    """:func:`_number`, and None for NaN or ±inf too."""
+    number = _number(value)
+    return number if number is not None and math.isfinite(number) else None
+
+
 def _fmt(value: Any, spec: str) -> str:
     """A metrics value formatted with ``spec``; ``-`` where it is missing or not a number (NaN shows as nan)."""
     number = _number(value)
@@ -89,8 +95,7 @@ class RunDisplay:
     def _line(self, record: dict[str, Any]) -> None:
         """Without the live display: the status as one plain line."""
         if self.enabled and not self.live:
-            wall = _number(record.get("time/wall_s"))
-            elapsed = int(wall) if wall is not None and math.isfinite(wall) and wall > 0 else 0
+            elapsed = int(max(_finite(record.get("time/wall_s")) or 0.0, 0.0))
             self.console.print(f"{self.cfg.name} step {record.get('step', '?')}/{self.cfg.steps} "
                                f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}  {self._train}",
                                highlight=False)
@@ -99,12 +104,11 @@ class RunDisplay:
         """One training step's row; a key it lacks, or holds as None or NaN (a skipped step), shows as ``-``/nan."""
         self._train = (f"reward {_fmt(record.get('train/reward_mean'), '+.3f')}  "
                        f"pass {_fmt(record.get('train/pass_rate'), '.3f')}")
-        trunc = _number(record.get("train/truncation_rate"))
-        trunc = trunc if trunc is not None and math.isfinite(trunc) else 0.0
+        trunc = _finite(record.get("train/truncation_rate")) or 0.0
         if trunc > LEVELS[-1][0]:
             self._train += f"  [red]truncation {trunc:.0%}[/red]"
-        step = _number(record.get("step"))
-        step = int(step) if step is not None and math.isfinite(step) else None
+        step = _finite(record.get("step"))
+        step = int(step) if step is not None else None
         if step is not None:
             warning = self._truncation.check(step, trunc)  # once per climb above a line (5%, 10%)
             if warning is not None:

@@ -108,9 +108,13 @@ class Comparison:
     margin: float
     ranked: list[Ranked]
     common_A: float
-    common_fits: list[FitResult]  # every run refitted at common_A (for the linearised figure)
+    common_pairs: list[tuple[FitResult, FitResult]]  # (each run's fit, its refit at common_A), in the order given
     warnings: list[str] = field(default_factory=list)
-    common_pairs: list[tuple[FitResult, FitResult]] = field(default_factory=list)  # (fit, its refit at common_A)
+
+    @property
+    def common_fits(self) -> list[FitResult]:
+        """Every run refitted at common_A (for the linearised figure)."""
+        return [c for _, c in self.common_pairs]
 
     def to_json(self) -> dict[str, Any]:
         rows = []
@@ -217,4 +221,4 @@ def compare_fits(fits: Sequence[FitResult], margin: float = DEFAULT_MARGIN) -> C
                 f"{r.fit.source}: A is not identified ({bound}), so it is ranked by that lower end, after the identified "
                 "runs it does not beat by more than the margin, not by its fitted A"
             )
-    return Comparison(margin, ranked, common_A, [c for _, c in pairs], warnings, pairs)
+    return Comparison(margin, ranked, common_A, pairs, warnings)

@@ -228,15 +228,20 @@ def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: 
     return replace(bt, drift=float(np.sqrt(max(excess, 0.0) / float(np.mean(h * h)))))
 
 
+# what a forecast with each gain weight does after the window: (as the subject of the trust line, as its verb)
+_DOES = {0.0: ("holding the current level", "holds the current level"),
+         COMBINED: ("half the curve's further gain", "follows half the curve's further gain")}
+_FOLLOWS = ("the curve", "follows the curve")
+
+
 def following(weight: float) -> str:
     """What a forecast with gain weight ``weight`` does after the window, in words ("the forecast ...")."""
-    return {0.0: "holds the current level", COMBINED: "follows half the curve's further gain"}.get(
-        weight, "follows the curve")
+    return _DOES.get(weight, _FOLLOWS)[1]
 
 
 def summary(bt: Backtest | None, n: int, weight: float) -> str:
     """The trust line a user reads beside a forecast (``weight``: the one the reported forecast uses)."""
-    what = {0.0: "holding the current level", COMBINED: "half the curve's further gain"}.get(weight, "the curve")
+    what = _DOES.get(weight, _FOLLOWS)[0]
     if bt is None:
         return (f"too few points ({n}) in the fit window to backtest this run's own history: no track record "
                 f"(the forecast takes {what.removeprefix('holding ')})")

@@ -33,17 +33,15 @@ import numpy as np
 from scipy.special import ndtri
 
 from scalerl.curves import FitError, FitResult, fit_curve
+from scalerl.curves.compare import DEFAULT_MARGIN, MARGIN_TOL  # App. A.5: A within 0.02 is a tie
 from scalerl.curves.fit import best_of_3, step_noise
 
-DEFAULT_MARGIN = 0.02  # App. A.5: differences of A within 0.02 are ties
 # The forecast band used while A is not identified: at the same 95% as A's interval (App. A.5), so that both
 # bases of an outlook say the same thing. The leader is the run with the *highest* lower end, so a sweep picks
 # whichever band is most optimistic; with 80% bands, a leader's lower end at 0.3 of the testbed's budget lay 0.04
 # above where it ended and five runs that tied it would have been stopped (docs/RESULTS.md).
 DEFAULT_LEVEL = 0.95
 MIN_POINTS = 6  # fewer evaluations than this: no outlook yet
-TIE = 1e-12  # a gap this close to the margin is the margin: 0.2 - 0.18 is 0.020000000000000018 in floats, and a run
-# exactly the margin below the leader is not "more than the margin below"
 RUNGS = (1 / 8, 1 / 4, 1 / 2, 1.0)  # shares of the per-run compute budget at which live runs are fitted and decided
 
 
@@ -173,7 +171,7 @@ def decide(outlooks: Mapping[str, Outlook | None], margin: float = DEFAULT_MARGI
             out[name] = Decision(False, "no trustworthy forecast yet: kept running", None, leader, best_lo)
         elif name == leader:
             out[name] = Decision(False, "the leader", o, leader, best_lo)
-        elif best_lo - o.hi > margin + TIE:  # exactly the margin below (0.20 and 0.18 at 0.02) is within it
+        elif best_lo - o.hi > margin + MARGIN_TOL:  # exactly the margin below (0.20, 0.18 at 0.02) is within it
             out[name] = Decision(True, f"cannot win: its {_basis(o)} is at most {o.hi:.3f}, more than {margin:g} "
                                        f"below the leader {leader}'s lower end {best_lo:.3f}", o, leader, best_lo)
         else:

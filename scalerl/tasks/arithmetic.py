@@ -43,11 +43,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from scalerl.errors import UserError, check_number
+from scalerl.errors import UserError, check_flag, check_int, check_number
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.worked import WorkedTask, check_flag, check_int, check_real, draw_split
+from scalerl.tasks.worked import WorkedTask, draw_split
 
 
 def _steps(operands: list[int], ops: list[str], slip: Callable[[int], int] = lambda v: v) -> tuple[list[str], int]:
@@ -104,9 +104,10 @@ def _tiers(spec: dict[str, Any], digits: int) -> list[Tier]:
             raise UserError(f"{where}.operands must be a count or [lo, hi], got {operands!r}")
         else:
             lo = hi = check_int(f"{where}.operands", operands)
-        tier = Tier(str(name), (lo, hi), check_int(f"{where}.digits", t.get("digits", digits)),
-                    check_real(f"{where}.share", t.get("share", 1.0)), t.get("taught", True))
-        check_number(f"{where}.share", tier.share)  # finite: an infinite share made every share NaN
+        share = t.get("share", 1.0)
+        check_number(f"{where}.share", share)  # finite: an infinite share made every share NaN
+        tier = Tier(str(name), (lo, hi), check_int(f"{where}.digits", t.get("digits", digits)), float(share),
+                    t.get("taught", True))
         if not 2 <= tier.operands[0] <= tier.operands[1] or not 1 <= tier.digits <= 6 or not tier.share > 0:
             raise UserError(
                 f"task.params.tiers.{name}: need 2 <= operands lo <= hi, 1 <= digits <= 6 and share > 0, got {t}"
@@ -147,7 +148,6 @@ class ArithmeticTask(WorkedTask):
         if not 1 <= self.max_digits <= 6:
             raise UserError(f"task.params.max_digits must be 1..6, got {self.max_digits}")
         for habit in ("sign_slip", "answer_slip"):
-            check_real(f"task.params.{habit}", getattr(self, habit))
             check_number(f"task.params.{habit}", getattr(self, habit), 0.0, 1.0, high_open=True)
         self._tiers = (
             _tiers(self.tiers, self.max_digits) if self.tiers is not None

@@ -37,11 +37,11 @@ from typing import Callable
 
 import numpy as np
 
-from scalerl.errors import UserError, check_number
+from scalerl.errors import UserError, check_int, check_number
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
 from scalerl.tasks.registry import TASKS
-from scalerl.tasks.worked import WorkedTask, check_int, check_real, draw_split
+from scalerl.tasks.worked import WorkedTask, draw_split
 
 OPS = ("rev", "sort", "count")
 
@@ -94,7 +94,6 @@ class StringsTask(WorkedTask):
         if len(set(self.alphabet)) < 2 or not all("a" <= c <= "z" for c in self.alphabet):
             raise UserError(f"task.params.alphabet must be two or more lowercase letters, got {self.alphabet!r}")
         for habit in ("double_slip", "case_slip"):
-            check_real(f"task.params.{habit}", getattr(self, habit))
             check_number(f"task.params.{habit}", getattr(self, habit), 0.0, 1.0, high_open=True)
         self._val, self._train = self._draw()
 

@@ -9,36 +9,13 @@ space-separated, inside the thinking delimiters, then the answer. Grading reads 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
 from scalerl.errors import UserError
 from scalerl.models.tokenizer import END_THINK, THINK
 from scalerl.tasks.base import Problem
-
-
-def check_int(flag: str, value: Any) -> int:
-    """``value`` when it is a whole number (not true/false, not 2.5: an operand count or a length of 3.5 was read
-    as 3 by the generator); a one-line UserError naming ``flag`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise UserError(f"{flag} must be a whole number, got {value!r}")
-    return int(value)
-
-
-def check_real(flag: str, value: Any) -> float:
-    """``value`` when it is a number (not true/false, not text); a one-line UserError naming ``flag`` otherwise.
-    Its range is :func:`scalerl.errors.check_number`'s business."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise UserError(f"{flag} must be a number, got {value!r}")
-    return float(value)
-
-
-def check_flag(flag: str, value: Any) -> bool:
-    """``value`` when it is true or false (``"no"`` would be read as true); a one-line UserError otherwise."""
-    if not isinstance(value, bool):
-        raise UserError(f"{flag} must be true or false, got {value!r}")
-    return value
 
 
 def draw_split(
