@@ -263,6 +263,7 @@ class OptimConfig(Strict):
     warmup_steps: int = Field(5, ge=0)
     weight_decay: float = Field(0.01, ge=0)
     betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    # A.3 uses 1e-15 "to avoid epsilon underflow" (bf16); fp32 on CPU has none: 1e-8. --set optim.eps=1e-15: the paper's
     eps: float = Field(1e-8, gt=0)
     grad_clip: float = Field(1.0, gt=0)
     bf16_autocast: bool = False

@@ -4,8 +4,9 @@ run's length control, and the pass rate is the mean over all samples. When the p
 (``meta["tier"]``, the built-in task's testbed), the pass rate of each tier is reported too
 (``val/tier/<name>/pass_rate``), so a ceiling below 1 shows where it comes from. With a task mixture each
 domain's pass rate is reported beside the overall one (``val/<domain>/pass_rate``, §5), its tiers as
-``val/<domain>/tier/<name>/pass_rate``. A downstream set is evaluated the same way under its own prefix
-(``downstream/<name>/pass_rate``).
+``val/<domain>/tier/<name>/pass_rate``; the overall ``val/pass_rate`` stays the mean over all validation prompts
+pooled (§2.1's mean@n over the held-out prompts), so each domain weighs by its number of validation prompts.
+A downstream set is evaluated the same way under its own prefix (``downstream/<name>/pass_rate``).
 
 :class:`Evaluation` is a run's evaluation (validation split and downstream sets, the native engine, the run's
 length control) and :func:`eval_seed` its seed at a step: the training loop and ``scalerl eval`` both use them,

@@ -34,6 +34,8 @@ def zero_variance_mask(rewards: Tensor, group: Tensor) -> Tensor:
 
 
 def zero_variance_frac(rewards: Tensor, group: Tensor) -> float:
-    """Fraction of groups (prompts) that the filter drops; 0.0 for an empty batch (``train/zero_var_frac``)."""
+    """Fraction of the groups (prompts) in ``rewards``/``group`` that the filter drops; 0.0 for an empty batch
+    (``train/zero_var_frac``: the batch stage passes the sequences the filter sees, those still kept after the
+    staleness guard and the truncation step, each truncated one read as incorrect)."""
     _, constant = _constant_groups(rewards, group)
     return float(constant.float().mean()) if constant.numel() else 0.0

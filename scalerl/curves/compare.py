@@ -37,6 +37,19 @@ RANKED_BY_B = "B at the tie's mean A"
 RANKED_BY_BOUND = "lower end of A (A not identified)"
 
 
+# App. A.5 gives no error bar on efficiency (B is "hard to estimate"): a compute ratio within this relative margin,
+# ×1/1.05 to ×1.05, is read as equal, so that no claim rests on a difference far below what seeds resolve
+COMPUTE_RATIO_MARGIN = 0.05
+
+
+def within_ratio(ratio: float, margin: float = COMPUTE_RATIO_MARGIN) -> bool:
+    """Whether a compute ratio (e.g. one recipe's Cmid over another's) is within the relative ``margin`` of 1, i.e.
+    treated as equal; the boundary itself is within, up to float rounding (:data:`MARGIN_TOL`)."""
+    if not ratio > 0 or not np.isfinite(ratio):
+        raise ValueError(f"a compute ratio must be a finite number > 0, got {ratio}")
+    return abs(float(np.log(ratio))) <= float(np.log1p(margin)) + MARGIN_TOL
+
+
 def within_margin(d: float, margin: float = DEFAULT_MARGIN) -> bool:
     """Whether a difference ``d`` in A is within the error margin, i.e. treated as equal (App. A.5: "±0.02"); the
     boundary itself is within, up to float rounding (:data:`MARGIN_TOL`)."""

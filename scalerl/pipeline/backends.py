@@ -292,6 +292,11 @@ class ProcessBackend(ReadyBatches):
         while self.next_index not in self.ready and self.channel.busy() and self.proc.is_alive():
             time.sleep(0.001)
 
+    def _coming(self, index: int) -> bool:
+        """Batch ``index`` was submitted and not yet trained on (a replaced generator's batches are asked for
+        again), so waiting for it ends."""
+        return index in self.submitted
+
     def _collect(self, timeout: float) -> None:
         """Every batch that has arrived; waits up to ``timeout`` seconds for the first."""
         while (payload := self._receive(timeout)) is not None:

@@ -10,7 +10,8 @@ Registered steps (``PREP_STEPS``), run in this order by :func:`prepare` on a :cl
    out of the loss, alone, not with its group; it still counts in ``train/truncation_rate`` (measured on the whole
    batch). ``truncated: train`` keeps it, trained with the incorrect reward (a hidden length penalty);
 3. ``zero_variance``: when ``algo.zero_variance_filter`` is on, groups whose *kept* generations are all correct
-   or all incorrect are dropped, no refill (§3.2, Fig. 6a); correctness, not the shaped reward, decides;
+   or all incorrect are dropped, no refill (§3.2, Fig. 6a); correctness, not the shaped reward, decides.
+   ``train/zero_var_frac`` counts those groups among the groups with a kept generation, as the filter sees them;
 4. ``advantages``: group-mean baseline and the configured normalisation on the kept sequences only (§3.2,
    Fig. 14b; the batch std is therefore taken after filtering, argued in ``algo/advantages.py``).
 
@@ -105,11 +106,17 @@ def truncation(p: Prepared, cfg: StageConfig) -> None:
 
 @PREP_STEPS.register("zero_variance")
 def zero_variance_filter(p: Prepared, cfg: StageConfig) -> None:
+    """Drop the groups whose kept sequences are all correct or all wrong (§3.2, Fig. 6a), when the filter is on.
+    ``train/zero_var_frac`` is the share of those groups among the groups the filter sees (logged with the filter
+    off too): only the sequences still kept (after the staleness guard and the truncation step) count, each with
+    its correctness as the reward reads it (a truncated sample kept under ``truncated: train`` is wrong)."""
     b = p.batch
-    if cfg.zero_variance_filter:  # correctness, not shaped reward (§3.2, Fig. 6a), of the sequences still kept;
-        kept = p.keep.clone()  # a truncated one kept (``truncated: train``) is a wrong answer, as its reward says
-        p.keep[kept] = algo.zero_variance_mask((b.correct & ~b.truncated)[kept], b.group[kept])
-    p.stats["train/zero_var_frac"] = algo.zero_variance_frac(b.correct, b.group)
+    kept = p.keep.clone()
+    # correctness, not shaped reward (§3.2, Fig. 6a), of the sequences still kept
+    seen_correct, seen_group = (b.correct & ~b.truncated)[kept], b.group[kept]
+    if cfg.zero_variance_filter:
+        p.keep[kept] = algo.zero_variance_mask(seen_correct, seen_group)
+    p.stats["train/zero_var_frac"] = algo.zero_variance_frac(seen_correct, seen_group)
 
 
 @PREP_STEPS.register("advantages")

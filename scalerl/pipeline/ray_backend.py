@@ -252,6 +252,10 @@ class RayBackend(ReadyBatches):
                 self.actor_of[batch.index] = rank
                 self.requests.pop(batch.index, None)
 
+    def _coming(self, index: int) -> bool:
+        """Batch ``index`` was submitted and has not arrived (a dead actor's batches are asked for again)."""
+        return index in self.requests
+
     def next_batch(self, index: int) -> RolloutBatch:
         while index not in self.ready:
             if not self._inflight:
@@ -260,7 +264,9 @@ class RayBackend(ReadyBatches):
         return self.ready.pop(index)
 
     def close(self) -> None:
-        """Stop the actors; disconnect from Ray only if this backend connected (never a user's session)."""
+        """Stop the actors and drop the last published weights (their object-store copy would stay pinned in a
+        user's Ray session as long as this backend lives: a traceback, a sweep's process); disconnect from Ray
+        only if this backend connected (never a user's session)."""
         for actor in self.actors:
             try:
                 ray.kill(actor, no_restart=True)
@@ -268,6 +274,8 @@ class RayBackend(ReadyBatches):
                 pass  # already gone
         self.actors = []
         self._inflight.clear()
+        self._weights = None
+        self._new_actor = None  # it starts a replacement on ``_weights``
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

@@ -64,6 +64,11 @@ class ReadyBatches:
     def _collect(self, timeout: float) -> None:
         """Take finished batches into ``self.ready``; nothing to take for a generator in this process."""
 
+    def _coming(self, index: int) -> bool:
+        """Whether batch ``index``, not ready, was requested and is still to arrive (so waiting for it ends). A
+        backend that cannot tell says True and is waited on; one whose generators run elsewhere should know."""
+        return True
+
     def faults(self) -> dict[str, float]:
         """Fault counters for the metrics row (``faults/...``); none for a backend that replaces nothing."""
         return {}
@@ -82,8 +87,12 @@ class ReadyBatches:
         """Wait until every batch in ``indices`` (submitted, not yet trained on) has been generated; return all
         ready batches. A checkpoint saves these, so a resumed run trains on exactly the batches an uninterrupted
         one would, instead of regenerating half-done ones with other weights (nothing else is published while
-        it waits, so waiting changes no batch)."""
-        while self.concurrent and any(i not in self.ready for i in indices):
+        it waits, so waiting changes no batch). A batch never requested (nor ready) is a RuntimeError, not a wait
+        that never ends."""
+        while self.concurrent and (missing := [i for i in indices if i not in self.ready]):
+            never = [i for i in missing if not self._coming(i)]
+            if never:
+                raise RuntimeError(f"cannot wait for batches {never}: they were never requested from the generators")
             self._collect(timeout=1.0)
         return self.ready_batches()
 

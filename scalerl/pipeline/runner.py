@@ -55,7 +55,7 @@ from scalerl.runcard import write_run_card
 from scalerl.tasks.base import Problem
 from scalerl.tasks.grading import FailureWarnings, check_gradable, failure_metrics
 from scalerl.timing import Stopwatch, timed, timing_metrics
-from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint, read_metrics
+from scalerl.runlog import CKPT_DIR, METRICS, RunLog, load_latest_checkpoint
 from scalerl.atomic import remove_stale_temporaries, write_text
 from scalerl.fsdp import launched_world
 from scalerl.trainer import Trainer
@@ -283,7 +283,7 @@ class RunLoop:
         cfg, state = self.cfg, self.state
         # a resumed run that already evaluated at its checkpoint step must not evaluate there again; one whose
         # evaluation there was still running beside the steps when it stopped evaluates it now
-        last_eval_step = max((int(r["step"]) for r in read_metrics(self.out) if "val/pass_rate" in r), default=-1)
+        last_eval_step = max((int(r["step"]) for r in self.log.kept if "val/pass_rate" in r), default=-1)
         last_ckpt_step = state.step  # fresh: nothing trained yet; resumed: its checkpoint's step
         state.start_clock()
         self.display.start(state.step, warm_stats)
