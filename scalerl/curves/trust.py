@@ -15,7 +15,9 @@ the fit window, and says how well that prediction did on the run's own past.
   inner backtest on the window itself (time-series cross-validation): the law refitted on the window's first
   :data:`FIT_FRACTION` of points, scored on the rest, against the same level held flat. The weight with the
   smallest error wins, and the law is followed only if it also beat carrying the last value forward there: a
-  law that did not beat a ruler on the run's own past is not followed into the future. With fewer than
+  law that did not beat a ruler on the run's own past is not followed into the future. When holding the level
+  did no better than the ruler there either, the forecast *is* the ruler, the last evaluation held
+  (``carries_last_value`` in the trust record): a forecast that lost to a ruler is not shown as something else. With fewer than
   :data:`MIN_CHOICE` points after the inner cut the backtest cannot tell the two apart (two noisy points decide
   nothing), and the forecast takes half the law's further gain (``w = 0.5``): the equal-weight combination of the
   two, the choice that is never the worse of them by more than half their difference; it too is dropped when it
@@ -195,6 +197,14 @@ class Backtest:
             WEIGHTS, key=lambda w: (round(self.errors[w] + (1 - w) * self.margin, 12), -w))
         return best if self.errors[best] < self.carry_forward_err else 0.0
 
+    def ruler_won(self, weight: float) -> bool:
+        """Whether carrying the last value forward did at least as well as the forecast with ``weight`` (after
+        :attr:`weight` has dropped a gain that lost to it: holding the level lost too). The forecast is then the
+        ruler itself, the run's last evaluation held: a forecast that did no better than a ruler on the run's past
+        is not printed as something else (on the real-curve sets, pooled, this cut the curves that miss their best
+        naive forecast by more than 0.01, docs/RESULTS.md)."""
+        return self.errors[weight] >= self.carry_forward_err
+
 
 def backtest(x: Array, y: Array, refit: Callable[[Array, Array], Law], bounded: bool,
              n_params: int = 0) -> Backtest | None:
@@ -239,8 +249,9 @@ def following(weight: float) -> str:
     return _DOES.get(weight, _FOLLOWS)[1]
 
 
-def summary(bt: Backtest | None, n: int, weight: float) -> str:
-    """The trust line a user reads beside a forecast (``weight``: the one the reported forecast uses)."""
+def summary(bt: Backtest | None, n: int, weight: float, ruler: bool = False) -> str:
+    """The trust line a user reads beside a forecast (``weight``: the one the reported forecast uses; ``ruler``:
+    the forecast carries the last value forward, :meth:`Backtest.ruler_won`)."""
     what = _DOES.get(weight, _FOLLOWS)[0]
     if bt is None:
         return (f"too few points ({n}) in the fit window to backtest this run's own history: no track record "
@@ -249,18 +260,21 @@ def summary(bt: Backtest | None, n: int, weight: float) -> str:
     err = bt.errors[weight]
     verdict = "better than" if err < bt.carry_forward_err else "no better than"
     return (f"fitted on its first {pct}%, {what} predicted the next {100 - pct}% within {err:.3f}; "
-            f"carrying the last value forward: {bt.carry_forward_err:.3f} ({verdict} a ruler)")
+            f"carrying the last value forward: {bt.carry_forward_err:.3f} ({verdict} a ruler)"
+            + ("; so the forecast carries the last value forward" if ruler else ""))
 
 
-def trust_json(bt: Backtest | None, n: int, weight: float, warnings: list[str]) -> dict[str, Any]:
-    """The ``trust`` object of a fit's JSON (``weight``: the one the reported forecast uses)."""
+def trust_json(bt: Backtest | None, n: int, weight: float, warnings: list[str], ruler: bool = False) -> dict[str, Any]:
+    """The ``trust`` object of a fit's JSON (``weight``: the one the reported forecast uses; ``ruler``: it carries
+    the last value forward)."""
     err = bt.errors[weight] if bt else None
     return {
-        "summary": summary(bt, n, weight),
+        "summary": summary(bt, n, weight, ruler),
         "fit_fraction": bt.n_fit / (bt.n_fit + bt.n_scored) if bt else None,
         "forecast_err": err,
         "carry_forward_err": bt.carry_forward_err if bt else None,
         "better_than_ruler": bool(err < bt.carry_forward_err) if bt else False,
         "gain_weight": weight,
+        "carries_last_value": ruler,
         "warnings": list(warnings),
     }
