@@ -20,26 +20,12 @@ import torch
 
 from scalerl import algo
 from scalerl.pipeline.prepare import StageConfig, prepare
-from scalerl.rollout import RolloutBatch
+from test_config_recipe_audit import _batch  # a batch of groups from their verdicts (and truncations)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 # ------------------------------------------------------------------- 1. train/zero_var_frac after truncation
-
-
-def _batch(correct: list[list[bool]], truncated: list[list[bool]]) -> RolloutBatch:
-    flat = [c for g in correct for c in g]
-    n, t = len(flat), 4
-    ok = torch.tensor(flat)
-    return RolloutBatch(
-        index=0, problem_ids=[f"p{g}" for g in range(len(correct))],
-        group=torch.tensor([g for g, gs in enumerate(correct) for _ in gs]),
-        input_ids=torch.ones(n, t, dtype=torch.long), attention_mask=torch.ones(n, t, dtype=torch.bool),
-        loss_mask=torch.ones(n, t), gen_logprobs=torch.zeros(n, t), versions=torch.zeros(n, t, dtype=torch.long),
-        rewards=torch.where(ok, 1.0, -1.0), correct=ok,
-        truncated=torch.tensor([x for g in truncated for x in g]),
-        interrupted=torch.zeros(n, dtype=torch.bool), completion_lengths=torch.full((n,), t))
 
 
 def _stage(truncated: str, zv: bool = True) -> StageConfig:

@@ -80,8 +80,9 @@ def test_fp32_head_flag_reaches_trainer_and_generator(flag):
     assert fp32_head_enabled(engine.model) is flag
 
 
-def _batch(correct: list[list[bool]]):
-    """A batch of len(correct) groups; ``correct[g]`` the verdicts of group g; ±1 rewards (spec §4: A.3)."""
+def _batch(correct: list[list[bool]], truncated: list[list[bool]] | None = None):
+    """A batch of len(correct) groups; ``correct[g]`` the verdicts of group g (``truncated[g]``: which of them ran
+    out of tokens; none by default); ±1 rewards (spec §4: A.3)."""
     from scalerl.rollout import RolloutBatch
 
     flat = [c for g in correct for c in g]
@@ -92,7 +93,8 @@ def _batch(correct: list[list[bool]]):
         group=torch.tensor([g for g, gs in enumerate(correct) for _ in gs]),
         input_ids=torch.ones(n, t, dtype=torch.long), attention_mask=torch.ones(n, t, dtype=torch.bool),
         loss_mask=torch.ones(n, t), gen_logprobs=torch.zeros(n, t), versions=torch.zeros(n, t, dtype=torch.long),
-        rewards=torch.where(ok, 1.0, -1.0), correct=ok, truncated=torch.zeros(n, dtype=torch.bool),
+        rewards=torch.where(ok, 1.0, -1.0), correct=ok,
+        truncated=torch.tensor([x for g in truncated for x in g]) if truncated else torch.zeros(n, dtype=torch.bool),
         interrupted=torch.zeros(n, dtype=torch.bool), completion_lengths=torch.full((n,), t))
 
 
