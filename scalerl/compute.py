@@ -12,7 +12,10 @@ generation and training alternate. The meter counts the same way for every sched
   (at the devices held then), and only the wall clock after it is charged at the devices this run holds. No training work falls in that time: while the loop waits for an evaluation the generators are held
   (``RunLoop.paused``: they start no batch, and a batch under way that the trainer needs next is waited for,
   metered, before the pause), and a checkpoint's wait for the trainer's next batch is metered (the rest of it,
-  and the writing, is a pause). Start-up (model build, warm-up, generator start) is not counted either.
+  and the writing, is a pause). A run that has done all its steps stops the meter after its last step: it trains
+  on nothing generated after it, so its last evaluation's and checkpoint's waits are not compute (a run stopped
+  by a budget or stop rule meters them: its checkpoint keeps the batch it waited for, which the resumed run trains
+  on). Start-up (model build, warm-up, generator start) is not counted either.
 * ``compute/flops``: 2·P FLOPs per token the generators processed (each group's prompt prefilled once, every
   completion token) for *every* generated group, including the groups the zero-variance filter later drops, and
   6·P per token the trainer trained on (forward + backward, kept sequences only). P = parameter count; the

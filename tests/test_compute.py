@@ -132,7 +132,7 @@ def _scripted_run(tmp_path, schedule_name: str, k: int, steps: int, rec: _Record
                              make_worker=Worker)
     state = RunState(curriculum=CURRICULA.get("uniform")([f"p{i}" for i in range(10)], 0),
                      meter=ComputeMeter(n_params=1, devices=backend_devices(cfg)), forecaster=Forecaster(cfg.forecast))
-    log = SimpleNamespace(rows=[], log=lambda r: log.rows.append(r), consumed=lambda *a: None)
+    log = SimpleNamespace(rows=[], log=lambda r: log.rows.append(r), consumed=lambda *a: None, kept=[])
     display = SimpleNamespace(start=lambda *a: None, step=lambda r: None, eval=lambda r: None)
     trainer = SimpleNamespace(version=0, timings={})
     loop = Loop(cfg, tmp_path, Ranks(), state, schedule, trainer, None, None, Evaluation(), backend, log, display, {})

@@ -295,6 +295,8 @@ class RunLoop:
         try:
             while self.within_budget():
                 self.step()
+                if state.step >= cfg.steps:  # all its steps done: it trains on nothing generated after them, so the
+                    state.meter.stop()  # last evaluation's and checkpoint's waits for the generators are not compute
                 if state.step % cfg.eval.every == 0 or state.step == cfg.steps:
                     self.evaluate()
                     last_eval_step = state.step
@@ -311,12 +313,15 @@ class RunLoop:
             self.state.save(self.out, self.ranks.trainer_state(self.trainer),
                             [self.backend.ready[i] for i in sorted(self.backend.ready)], cfg.model_dump(mode="json"))
             raise
-        state.meter.stop()
+        # a run stopped before its steps (a compute or time budget, a stop rule) keeps the trainer's next batch in
+        # its checkpoint: the last evaluation's and checkpoint's wait for it is metered as the loop's are, or the
+        # resumed run would train on it free
         if last_eval_step != state.step:
             self.evaluate()
         self.collect()
         if last_ckpt_step != state.step:
             self.checkpoint()
+        state.meter.stop()
 
     def step(self) -> None:
         """Issue the requests the schedule allows (§3.1), train on batch ``step``, update the curriculum
