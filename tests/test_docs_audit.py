@@ -168,7 +168,9 @@ def documented_metrics() -> dict[str, list[str]]:
 def micro_run(tmp_path_factory) -> set[str]:
     """The keys of a micro run's metrics.jsonl: the inline backend, one-digit sums, a 250-step warm-up (cached), 12
     steps evaluated at every step (enough evaluations for the live forecast), and a stop rule of all three kinds
-    that never fires (so its ``stop/*`` numbers are logged, ``stop/gain`` and ``stop/reach`` once a fit is trusted)."""
+    (so its ``stop/*`` numbers are logged, ``stop/gain`` and ``stop/reach`` once a fit is trusted). Only ``gain`` can
+    fire: a forecast that carries the last value forward (it did no better than a ruler on the run's past) expects
+    a gain of exactly 0, below any threshold; the run then stops after that evaluation, with its checkpoint."""
     out = tmp_path_factory.mktemp("docs_audit") / "run"
     sets = ["model.d_model=32", "model.n_layers=1", "model.n_heads=2", "task.params.min_operands=2",
             "task.params.max_operands=2", "task.params.max_digits=1", "task.n_train=150", "task.n_val=16",
@@ -185,7 +187,9 @@ def micro_run(tmp_path_factory) -> set[str]:
         keys |= set(json.loads(line))
     assert {"config.yaml", "metrics.jsonl", "consumed.jsonl", "checkpoints", "fit.json", "curve.png",
             "README.md"} <= {p.name for p in out.iterdir()}  # README.md's "Each run directory holds ..."
-    assert {"latest", "step_0000012.pt"} <= {p.name for p in (out / "checkpoints").iterdir()}
+    last = max(json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines())
+    assert last == 12 or "stopped before the budget (--stop-when): gain<" in proc.stdout, proc.stdout[-2000:]
+    assert {"latest", f"step_{last:07d}.pt"} <= {p.name for p in (out / "checkpoints").iterdir()}
     return keys
 
 
