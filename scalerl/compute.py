@@ -11,7 +11,8 @@ generation and training alternate. The meter counts the same way for every sched
   recipe). A resumed run continues the count: the device-seconds metered before the checkpoint stay as they were
   (at the devices held then), and only the wall clock after it is charged at the devices this run holds. No training work falls in that time: while the loop waits for an evaluation the generators are held
   (``RunLoop.paused``: they start no batch, and a batch under way that the trainer needs next is waited for,
-  metered, before the pause), and a checkpoint's wait for the trainer's next batch is metered (the rest of it,
+  metered, before the pause; on the Ray backend, whose driver cannot see whether an actor is generating, a group
+  under way finishes in the pause instead: ``RayBackend.hold``), and a checkpoint's wait for the trainer's next batch is metered (the rest of it,
   and the writing, is a pause). A run that has done all its steps stops the meter after its last step: it trains
   on nothing generated after it, so its last evaluation's and checkpoint's waits are not compute (a run stopped
   by a budget or stop rule meters them: its checkpoint keeps the batch it waited for, which the resumed run trains
