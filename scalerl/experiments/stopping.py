@@ -7,7 +7,8 @@ run stops after the first evaluation at which any holds:
 
 * ``gain<G``: the forecast says the rest of the budget buys less than ``G``: the forecast at the full budget
   minus the forecast now (``FitResult.forecast``: the fitted level now plus the share of Eq. 1's further gain the
-  run's own history supports);
+  run's own history supports; 0 for a forecast that carries the last value forward, because nothing beat that
+  ruler on the run's past);
 * ``reward>=T`` (or ``reward>T``): the target is reached: the latest validation pass rate is at least ``T``;
 * ``reach<T``: the target is out of reach: the upper end of the forecast interval at the full budget
   (``pruning.forecast_band``, at ``pruning.DEFAULT_LEVEL``: 95%) is below ``T``.
