@@ -6,6 +6,8 @@ its ``n`` prompts independently with probabilities ``weight_d(b) / sum weight(b)
 ``(seed, b)``, then takes that many ids from each domain's curriculum, in the order drawn. So the batch index
 and the domains' curricula *are* the state: a resumed run draws exactly the prompts of an uninterrupted one.
 The runner asks for one batch per training step, in order, so ``b`` is the step a weight schedule refers to.
+A domain whose prompts are all retired keeps its share: its curriculum serves them all again (``exhausted``),
+the other domains are not drawn in its place.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class MixtureSampler:
     def weights(self, batch: int) -> np.ndarray:
         """The domains' shares of batch ``batch`` (they sum to 1)."""
         w = np.array([f(batch) for f in self._weight_at], dtype=float)
+        w = w / w.max()  # relative weights: scaled first, so huge finite ones cannot sum to inf
         return w / w.sum()
 
     def next_ids(self, n: int) -> list[str]:

@@ -30,10 +30,12 @@ class MixtureTask:
         val = [[_in_domain(d, p) for p in t.val_problems()] for d, t in self.tasks.items()]
         self._val = [p for p in chain.from_iterable(zip_longest(*val)) if p is not None]
         self._train = list(chain.from_iterable(self.train_by_domain.values()))
-        self._source: dict[str, tuple[str, Problem]] = {}
+        # keyed by (id, prompt): a task may give a training and a validation problem the same id (two files,
+        # each numbered from 0, ``val_path``), and each must be graded against its own answer
+        self._source: dict[tuple[str, str], tuple[str, Problem]] = {}
         for d, t in self.tasks.items():
             for orig in chain(t.train_problems(), t.val_problems()):
-                self._source[f"{d}:{orig.id}"] = (d, orig)
+                self._source.setdefault((f"{d}:{orig.id}", orig.prompt), (d, orig))
         if all(hasattr(t, "demonstration") for t in self.tasks.values()):
             self.demonstration = self._demonstration  # the warm-up trains on every domain's demonstrations
 
@@ -48,7 +50,7 @@ class MixtureTask:
         return self._val
 
     def _origin(self, problem: Problem) -> tuple[Task, Problem]:
-        domain, orig = self._source[problem.id]
+        domain, orig = self._source[(problem.id, problem.prompt)]
         return self.tasks[domain], orig
 
     def grade(self, problem: Problem, completion: str) -> bool:
