@@ -18,10 +18,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from scalerl.compute import ComputeMeter
 from scalerl.timing import Stopwatch
+from test_compute import _tiny_batch  # a batch of the given problem ids, made in ``seconds``
 
 
 class Clock:
@@ -123,18 +123,6 @@ def test_the_clocks_are_monotonic():
 # ---------------------------------------------------------------------------------------------- the loop on a fake clock
 
 
-def _batch(index: int, problem_ids: list[str], seconds: float):
-    from scalerl.rollout import RolloutBatch
-
-    n = len(problem_ids)
-    ones = torch.ones(n, 2, dtype=torch.bool)
-    z = torch.zeros(n)
-    return RolloutBatch(index=index, problem_ids=problem_ids, group=torch.arange(n), input_ids=ones.long(),
-                        attention_mask=ones, loss_mask=ones.float(), gen_logprobs=ones.float(), versions=ones.long(),
-                        rewards=z, correct=z.bool(), truncated=z.bool(), interrupted=z.bool(),
-                        completion_lengths=torch.ones(n, dtype=torch.long), gen_seconds=seconds)
-
-
 def _sim_backend(clock: Clock, G: float, schedule):
     from scalerl.pipeline.ready import ReadyBatches
 
@@ -180,7 +168,7 @@ def _sim_backend(clock: Clock, G: float, schedule):
             done = [i for i, (t, _) in self.under_way.items() if t <= clock.now]
             for i in done:
                 _, r = self.under_way.pop(i)
-                self.ready[i] = _batch(i, r.problem_ids, G)
+                self.ready[i] = _tiny_batch(i, r.problem_ids, G)
             return bool(done)
 
         def _collect(self, timeout: float) -> None:
