@@ -157,7 +157,9 @@ class MixEntry(Named):
     drawn, either a number or a schedule over training steps: ``[[step, weight], ...]``, linear between the
     points and flat past the ends. Weights are relative: each batch's shares are the weights over their sum."""
 
-    weight: float | list[tuple[Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]]] = Field(1.0)
+    # the bounds are checked in _weight, not here: a bound inside the union's list type failed both of its arms,
+    # and the error named the number arm ("weight.float: Input should be a valid number"), not the bad point
+    weight: float | list[tuple[int, float]] = Field(1.0)
     # this domain's split sizes; None takes task.n_train / task.n_val. Its share of the warm-up's batches is its
     # share of the demonstrations, so n_train also sets how much of the warm-up the domain gets
     n_train: int | None = Field(None, ge=1)
@@ -170,6 +172,9 @@ class MixEntry(Named):
             steps = [s for s, _ in value]
             if not value or steps != sorted(set(steps)):
                 raise ValueError("a weight schedule is [[step, weight], ...] with increasing steps")
+            bad = [(s, w) for s, w in value if s < 0 or not w >= 0]
+            if bad:
+                raise ValueError(f"a weight schedule's steps and weights must be >= 0, got {list(bad[0])}")
         elif value < 0:
             raise ValueError("a weight must be >= 0")
         return value

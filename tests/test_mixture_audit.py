@@ -305,7 +305,10 @@ def test_a_single_domain_mixture_serves_grades_and_evaluates_as_the_plain_task()
 
 @pytest.mark.parametrize("mix, word", [
     ("[{name: arithmetic, weight: -0.5}, {name: strings, weight: 1}]", "weight"),
-    ("[{name: arithmetic, weight: [[0, -1], [10, 1]]}, {name: strings, weight: 1}]", "weight"),
+    # the error names the bad point of a schedule (it named the union's number arm: "weight.float: Input should be a
+    # valid number")
+    ("[{name: arithmetic, weight: [[0, -1], [10, 1]]}, {name: strings, weight: 1}]", r"must be >= 0, got \[0, -1"),
+    ("[{name: arithmetic, weight: [[-5, 1]]}, {name: strings, weight: 1}]", r"must be >= 0, got \[-5, 1"),
     ("[{name: arithmetic, weight: 0}, {name: strings, weight: 0}]", "all 0"),
     ("[{name: arithmetic, weight: [[0, 0], [10, 1]]}, {name: strings, weight: 0}]", "all 0 at step 0"),
     ("[{name: arithmetic, weight: .nan}]", "finite"),
