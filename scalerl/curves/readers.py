@@ -90,13 +90,13 @@ def _loads(text: str, where: str) -> Any:
 def _json_records(p: Path) -> Records:
     """A JSON document (an HF/TRL ``trainer_state.json``) or JSON lines (metrics.jsonl, verl's file logger)."""
     text = p.read_text(encoding="utf-8-sig", errors="replace")
-    if "\n" in text.strip():  # several lines: JSON lines, or one pretty-printed document
-        try:
-            doc = _loads(text, str(p))
-        except json.JSONDecodeError:
-            return _jsonl_records(p, text)
-        if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
-            return _trainer_state_records(p, doc["log_history"])
+    try:  # one document (a trainer_state.json, pretty-printed or on one line), else JSON lines
+        doc = _loads(text, str(p))
+    except json.JSONDecodeError:
+        return _jsonl_records(p, text)
+    if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
+        return _trainer_state_records(p, doc["log_history"])
+    if "\n" in text.strip():  # one pretty-printed document that is not a trainer_state.json
         raise UserError(
             f"{p}: a JSON document without a log_history list; give an HF/TRL trainer_state.json, a metrics.jsonl, "
             "verl's file-logger .jsonl, a CSV or TensorBoard events"
