@@ -166,3 +166,50 @@ def test_foreign_and_broken_trainer_state_files_are_one_line_errors(tmp_path):
         (two / run / "events.out.tfevents.1.host").write_bytes(b"")
     with pytest.raises(UserError, match="TensorBoard events in several folders"):
         load_series(two)
+
+
+# verl's console logger (trainer.logger=['console']): lines of a real run's output, as printed (the README of
+# johnson7788/RLDecisionAgent at 12ff6dbe, backend/char_count: a GRPO run of SmolLM2-135M and its SFT run; the
+# GRPO step lines are cut to a few of their pairs, the rest of each line as printed)
+VERL_CONSOLE = """\
+2025-08-02 00:35:19,831 INFO worker.py:1879 -- Started a local Ray instance. View the dashboard at 127.0.0.1:8265
+(TaskRunner pid=247607) TaskRunner hostname: yaqiyun-SYS-4028GR-TR2, PID: 247607
+(TaskRunner pid=247607)  "'val-core/char_count/reward/best@3/std': 0.0, "
+(TaskRunner pid=247607) step:0 - val-aux/char_count/reward/mean@1:0.121524201853759 - val-core/char_count/reward/mean@3:0.0
+Training Progress:   1%|          | 1/140 [00:49<1:53:43, 49.09s/it]
+(TaskRunner pid=247607) step:1 - global_seqlen/min:159906 - actor/entropy:0.09767807275056839 - actor/pg_loss:-0.0036091046008680547 - actor/lr:1e-06 - training/global_step:1 - training/epoch:0 - critic/score/mean:0.0888671875 - timing_s/step:48.7025266494602
+(TaskRunner pid=247607) step:2 - global_seqlen/min:160112 - actor/pg_loss:0.0012 - training/global_step:2 - critic/score/mean:0.1015625 - timing_s/step:nan
+(TaskRunner pid=247607) step:5 - training/global_step:5 - critic/score/mean:0.125 - val-core/char_count/reward/mean@3:0.25
+Epoch 3/3:  97%|███████▋  | 34/35 [07:32<00:13, 13.14s/it]step:105 - train/loss:0.06290543079376221 - train/lr(1e-3):0.0
+step:105 - val/loss:0.058481086045503616
+"""
+
+
+def test_verl_console_log_lines(tmp_path):
+    path = tmp_path / "verl_demo.log"
+    path.write_text(VERL_CONSOLE, encoding="utf-8")
+    val = load_series(path, x="step", y="val-core/char_count/reward/mean@3")
+    assert val.x.tolist() == [0, 5] and val.y.tolist() == [0.0, 0.25] and val.rows.tolist() == [4, 8]
+    # "training/global_step:1" inside a line is a pair, not a step line; a negative value and 1e-06 are numbers
+    score = load_series(path, x="training/global_step", y="critic/score/mean")
+    assert score.x.tolist() == [1, 2, 5] and score.y.tolist() == [0.0888671875, 0.1015625, 0.125]
+    assert load_series(path, x="step", y="actor/pg_loss").y.tolist() == [-0.0036091046008680547, 0.0012]
+    assert load_series(path, x="step", y="actor/lr").y.tolist() == [1e-06]
+    # a NaN is dropped and named; a step line after a tqdm bar, and two lines of one step, merge into one row
+    t = load_series(path, x="step", y="timing_s/step")
+    assert t.x.tolist() == [1] and any("dropped 1 row" in n and "7" in n for n in t.notes)
+    sft = load_series(path, x="train/loss", y="val/loss")
+    assert sft.x.tolist() == [0.06290543079376221] and sft.y.tolist() == [0.058481086045503616]
+    assert load_series(path, x="step", y="train/lr(1e-3)").y.tolist() == [0.0]
+    with pytest.raises(UserError, match="no column 'val-core/openai/gsm8k/reward/mean@1'.*val-core/char_count"):
+        load_series(path, x="step", y="val-core/openai/gsm8k/reward/mean@1")
+
+
+def test_a_text_file_without_step_lines_is_still_read_as_a_csv(tmp_path):
+    path = tmp_path / "export.txt"
+    path.write_text("step,value\n1,0.5\n2,0.6\n")
+    assert load_series(path, x="step", y="value").y.tolist() == [0.5, 0.6]
+    csv = tmp_path / "odd.csv"  # a CSV is never read as a console log, whatever its cells hold
+    csv.write_text("step,note\n1,step:3 - x:1\n")
+    with pytest.raises(UserError, match="no column 'x'"):
+        load_series(csv, x="step", y="x")

@@ -12,6 +12,11 @@ and the files other trainers write:
   evaluation's ``eval_*`` entry and a training log of the same step become one row);
 * verl's file logger (``trainer.logger=['file']``, ``verl/utils/tracking.py`` ``FileLogger``): JSON lines
   ``{"step": N, "data": {metric: value}}``, read as rows ``{"step": N, **data}``;
+* verl's console logger (``trainer.logger=['console']``, ``verl/utils/tracking.py``; also its SFT trainer): text
+  lines ``step:N - key:value - key:value ...``, after any prefix on the line (Ray's ``(TaskRunner pid=...)``, a
+  tqdm bar), read as rows ``{"step": N, key: value, ...}``; lines of the same step are merged (the validation
+  metrics, ``val-core/...``, are printed with that step's training metrics or alone at step 0). Every other line of
+  the log is ignored;
 * OpenRLHF writes its metrics only to W&B and TensorBoard (``openrlhf/trainer/ppo_utils/loggers.py``): its event
   files (tags ``train/<k>``, ``eval/<k>``) are read like any TensorBoard events.
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -54,6 +60,8 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
         return _from_tensorboard(p, x, y)
     if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) == "{":
         return _from_records(p, _json_records(p), x, y)
+    if p.suffix.lower() not in (".csv", ".tsv") and (console := _console_records(p)) is not None:
+        return _from_records(p, console, x, y)
     return _from_records(p, _csv_records(p), x, y)
 
 
@@ -147,6 +155,36 @@ def _jsonl_records(p: Path, text: str) -> Records:
     if not out:
         raise UserError(f"{p}: no JSON records in the file")
     return list(columns), out, notes
+
+
+# verl's console line: "step:N - k:v - k:v"; "step" must start the line or follow a space, ")" or "]" (a Ray prefix,
+# a tqdm bar), so that a pair such as "training/global_step:1" inside the line is not read as its start
+_CONSOLE_STEP = re.compile(r"(?:^|(?<=[\s)\]]))step:(\d+) - (.*)$")
+
+
+def _console_records(p: Path) -> Records | None:
+    """verl's console log as records (module docstring), or None when no line of the file is a step line (the file
+    is then read as a CSV). Values that are not numbers are kept as text (the series drops them, naming the rows)."""
+    by_step: dict[int, tuple[int, dict[str, Any]]] = {}
+    with open(p, encoding="utf-8-sig", errors="replace") as fh:
+        for i, line in enumerate(fh):
+            m = _CONSOLE_STEP.search(line.rstrip("\r\n"))
+            if m is None:
+                continue
+            pairs = {}
+            for item in m.group(2).split(" - "):
+                key, sep, value = item.rpartition(":")
+                if sep and key.strip():
+                    pairs[key.strip()] = value.strip()
+            if not pairs:
+                continue
+            step = int(m.group(1))
+            _, merged = by_step.setdefault(step, (i + 1, {"step": step}))
+            merged.update(pairs)
+    if not by_step:
+        return None
+    rows = list(by_step.values())
+    return list(dict.fromkeys(k for _, rec in rows for k in rec)), rows, []
 
 
 def _csv_records(p: Path) -> Records:
