@@ -213,3 +213,13 @@ def test_a_text_file_without_step_lines_is_still_read_as_a_csv(tmp_path):
     csv.write_text("step,note\n1,step:3 - x:1\n")
     with pytest.raises(UserError, match="no column 'x'"):
         load_series(csv, x="step", y="x")
+
+
+def test_a_wandb_chart_export_of_several_runs_asks_which_run(tmp_path):
+    path = tmp_path / "chart.csv"
+    path.write_text("Step,grpo-a - val/acc,grpo-a - val/acc__MIN,grpo-b - val/acc\n1,0.5,0.4,0.6\n2,0.55,0.5,0.65\n")
+    with pytest.raises(UserError, match=r"several runs log 'val/acc' \('grpo-a - val/acc', 'grpo-b - val/acc'\); give "
+                                        r"the whole column name") as info:
+        load_series(path, x="Step", y="val/acc")
+    assert "\n" not in str(info.value)
+    assert load_series(path, x="Step", y="grpo-b - val/acc").y.tolist() == [0.6, 0.65]

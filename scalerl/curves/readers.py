@@ -211,6 +211,9 @@ def resolve_column(name: str, columns: Iterable[str], source: Path | str) -> str
     wandb = [c for c in columns if c.endswith(f" - {name}")]
     if len(wandb) == 1:
         return wandb[0]
+    if len(wandb) > 1:  # a W&B chart export of several runs: each run's column ends with the metric's name
+        shown = ", ".join(repr(c) for c in wandb[:6]) + (f", … ({len(wandb)} in all)" if len(wandb) > 6 else "")
+        raise UserError(f"{source}: several runs log {name!r} ({shown}); give the whole column name of the one you mean")
     shown = ", ".join(columns[:40]) + (f", … ({len(columns)} in all)" if len(columns) > 40 else "")
     raise UserError(f"{source}: no column {name!r}; the columns there are: {shown}")
 
