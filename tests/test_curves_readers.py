@@ -223,3 +223,17 @@ def test_a_wandb_chart_export_of_several_runs_asks_which_run(tmp_path):
         load_series(path, x="Step", y="val/acc")
     assert "\n" not in str(info.value)
     assert load_series(path, x="Step", y="grpo-b - val/acc").y.tolist() == [0.6, 0.65]
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_a_json_array_of_records_is_read_like_json_lines(tmp_path, indent):
+    """A W&B ``run.history()`` saved with ``to_json(orient="records")`` (one line) or ``json.dump(..., indent=2)``:
+    one row per record; a record without the metric (a training-only row) is skipped."""
+    rows = [{"_step": 0, "val/acc": 0.31}, {"_step": 5, "train/loss": 0.9}, {"_step": 10, "val/acc": 0.42},
+            {"_step": 20, "val/acc": None}]
+    path = tmp_path / "history"  # no suffix: read by its first character
+    path.write_text(json.dumps(rows, indent=indent))
+    s = load_series(path, x="_step", y="val/acc")
+    assert s.x.tolist() == [0, 10] and s.y.tolist() == [0.31, 0.42] and s.rows.tolist() == [1, 3]
+    with pytest.raises(UserError, match="no column 'step'.*_step, val/acc, train/loss"):
+        load_series(path, x="step", y="val/acc")

@@ -17,6 +17,7 @@ and the files other trainers write:
   tqdm bar), read as rows ``{"step": N, key: value, ...}``; lines of the same step are merged (the validation
   metrics, ``val-core/...``, are printed with that step's training metrics or alone at step 0). Every other line of
   the log is ignored;
+* a JSON array of flat records (a W&B ``run.history()`` saved with ``to_json(orient="records")``), one row each;
 * OpenRLHF writes its metrics only to W&B and TensorBoard (``openrlhf/trainer/ppo_utils/loggers.py``): its event
   files (tags ``train/<k>``, ``eval/<k>``) are read like any TensorBoard events.
 
@@ -58,7 +59,7 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
         raise UserError(f"{p}: the file is empty")
     if "tfevents" in p.name:
         return _from_tensorboard(p, x, y)
-    if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) == "{":
+    if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) in ("{", "["):
         return _from_records(p, _json_records(p), x, y)
     if p.suffix.lower() not in (".csv", ".tsv") and (console := _console_records(p)) is not None:
         return _from_records(p, console, x, y)
@@ -104,6 +105,10 @@ def _json_records(p: Path) -> Records:
         return _jsonl_records(p, text)
     if isinstance(doc, dict) and isinstance(doc.get("log_history"), list):
         return _trainer_state_records(p, doc["log_history"])
+    if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
+        # an array of flat records (a W&B ``run.history()`` saved with ``to_json(orient="records")``, or any
+        # list of metric rows), read as JSON lines are
+        return list(dict.fromkeys(k for r in doc for k in r)), [(i + 1, r) for i, r in enumerate(doc)], []
     if "\n" in text.strip():  # one pretty-printed document that is not a trainer_state.json
         raise UserError(
             f"{p}: a JSON document without a log_history list; give an HF/TRL trainer_state.json, a metrics.jsonl, "
