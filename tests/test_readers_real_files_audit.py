@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from scalerl.cli import main
 from scalerl.curves import load_series
 from scalerl.errors import UserError
+from test_cli_curves import run  # the CLI in process: (exit code, stdout, stderr)
 
 DATA = Path(__file__).parent / "data" / "readers"
 
@@ -33,14 +33,6 @@ def _assert_series(s, expected):
     assert s.y.tolist() == [float(v) for _, _, v in expected]
 
 
-def _cli(argv, capsys):
-    try:
-        main([str(a) for a in argv])
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(
@@ -135,15 +127,15 @@ def test_nan_literals_and_wandb_nan_strings_are_dropped_and_named(tmp_path):
 
 
 def test_cli_fits_the_real_files_and_problems_are_one_line_exit_2(tmp_path, capsys):
-    code, out, _ = _cli(["fit", DATA / "hf_trainer_eval_trainer_state.json", "--x", "step", "--y", "eval_accuracy"],
+    code, out, _ = run(["fit", DATA / "hf_trainer_eval_trainer_state.json", "--x", "step", "--y", "eval_accuracy"],
                         capsys)
     assert code == 0 and "eval_accuracy" in out
-    code, out, _ = _cli(["fit", DATA / "wandb_run_history.csv", "--x", "_step", "--y", "resnet_reliance"], capsys)
+    code, out, _ = run(["fit", DATA / "wandb_run_history.csv", "--x", "_step", "--y", "resnet_reliance"], capsys)
     assert code == 0
-    code, out, err = _cli(["fit", DATA / "trl_grpo_trainer_state.json", "--x", "step", "--y", "eval_reward"], capsys)
+    code, out, err = run(["fit", DATA / "trl_grpo_trainer_state.json", "--x", "step", "--y", "eval_reward"], capsys)
     assert code == 2 and "Traceback" not in err + out
     assert "no column 'eval_reward'" in err and len(err.strip().splitlines()) == 1
     compact = tmp_path / "trainer_state.json"
     compact.write_text(json.dumps(json.loads((DATA / "hf_trainer_eval_trainer_state.json").read_text())))
-    code, out, err = _cli(["fit", compact, "--x", "step", "--y", "eval_accuracy"], capsys)
+    code, out, err = run(["fit", compact, "--x", "step", "--y", "eval_accuracy"], capsys)
     assert code == 0, err
