@@ -172,9 +172,9 @@ class MixEntry(Named):
             steps = [s for s, _ in value]
             if not value or steps != sorted(set(steps)):
                 raise ValueError("a weight schedule is [[step, weight], ...] with increasing steps")
-            bad = [(s, w) for s, w in value if s < 0 or not w >= 0]
-            if bad:
-                raise ValueError(f"a weight schedule's steps and weights must be >= 0, got {list(bad[0])}")
+            bad = next(([s, w] for s, w in value if s < 0 or not w >= 0), None)
+            if bad is not None:
+                raise ValueError(f"a weight schedule's steps and weights must be >= 0, got {bad}")
         elif value < 0:
             raise ValueError("a weight must be >= 0")
         return value

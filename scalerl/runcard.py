@@ -98,17 +98,22 @@ def _text(value: Any) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+def _fence(text: str, least: int = 1) -> str:
+    """Backticks that open and close ``text`` as code: more in a row than ``text`` holds, at least ``least``."""
+    return "`" * max(least, max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+
+
 def _code(value: Any) -> str:
     """``value`` on one line as a code span, fenced with more backticks than it holds in a row."""
     text = _one_line(value)
-    fence = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    fence = _fence(text)
     pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _fenced(language: str, body: str) -> list[str]:
     """A fenced code block of ``body``, its fence longer than any run of backticks in it (so no line closes it)."""
-    fence = "`" * max(3, max((len(r) for r in re.findall("`+", body)), default=0) + 1)
+    fence = _fence(body, least=3)
     return [fence + language, body, fence]
 
 
@@ -215,7 +220,7 @@ def render_run_card(cfg: RunConfig, run_dir: Path | None, export_step: int | Non
         if diff else ["None: the run is the preset as it stands.", ""]
     lines += ["## Compute spent", ""] + _compute(metrics)
     if (fit_doc or {}).get("stopped"):  # fit.json: why --stop-when ended the run before its budget
-        lines += [f"Stopped before its budget by `--stop-when`: {_text(str(fit_doc['stopped']))}; `--resume` "
+        lines += [f"Stopped before its budget by `--stop-when`: {_text(fit_doc['stopped'])}; `--resume` "
                   "continues it.", ""]
     lines += ["## Final validation and downstream pass rates", ""] + _results(metrics, cfg)
     n_evals = sum(r.get("val/pass_rate") is not None for r in metrics)

@@ -48,14 +48,14 @@ class RunLog:
         purge_step = None
         if resume is not None:
             last_step, evals = resume
-            self.unlogged, self.kept = self._truncate(last_step, evals)
+            self.unlogged = self.truncate(last_step, evals)
             purge_step = min([last_step + 1, *self.unlogged])
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=str(self.dir / "tb"), purge_step=purge_step)
-            if resume is not None:  # the lines truncate kept, not metrics.jsonl read a second time
-                self.replay_tensorboard(purge_step, resume[0], self.kept)
+            if resume is not None:
+                self.replay_tensorboard(purge_step, resume[0])
 
     def log(self, record: dict[str, Any]) -> None:
         clean = {k: _clean(v) for k, v in record.items()}
@@ -80,15 +80,14 @@ class RunLog:
         if self.writer is not None:
             self.writer.close()
 
-    def replay_tensorboard(self, first: int, last: int, records: list[dict[str, Any]] | None = None) -> None:
+    def replay_tensorboard(self, first: int, last: int) -> None:
         """Write the kept metrics lines of steps ``first..last`` to TensorBoard again. A resumed run's writer purges
         every event from ``first`` on (``purge_step``): from the step after its checkpoint, or from an evaluation
         logged after the checkpoint, which the run makes again; the lines ``metrics.jsonl`` keeps for those steps
-        come back here, so TensorBoard holds what the metrics hold, each once. ``records``: those lines, already
-        read (None: read ``metrics.jsonl``)."""
+        come back here, so TensorBoard holds what the metrics hold, each once (from :attr:`kept`, not read again)."""
         if self.writer is None:
             return
-        for record in read_metrics(self.dir) if records is None else records:
+        for record in self.kept:
             step = record.get("step")
             if isinstance(step, int) and first <= step <= last:
                 self._scalars(record)
@@ -105,13 +104,9 @@ class RunLog:
         lines: one logged after the checkpoint was written (an evaluation of the checkpoint's own step, running
         beside the steps, is logged after it) is not in the checkpoint's forecast, so the resumed run evaluates
         there again instead of skipping a step it has a line for. Returns the steps of the evaluation lines
-        dropped for that (at most ``last_step``)."""
-        return self._truncate(last_step, evals)[0]
-
-    def _truncate(self, last_step: int, evals: int | None) -> tuple[list[int], list[dict[str, Any]]]:
-        """:meth:`truncate`, also returning the metrics records kept (what :func:`read_metrics` would read back)."""
+        dropped for that (at most ``last_step``). The metrics lines kept are :attr:`kept`."""
         dropped: list[int] = []
-        kept_metrics: list[dict[str, Any]] = []
+        self.kept = []
         for name in (METRICS, CONSUMED):
             path = self.dir / name
             if not path.exists():
@@ -131,9 +126,9 @@ class RunLog:
                         continue
                 kept.append(line)
                 if name == METRICS:
-                    kept_metrics.append(rec)
+                    self.kept.append(rec)
             write_text(path, "".join(line + "\n" for line in kept))
-        return dropped, kept_metrics
+        return dropped
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

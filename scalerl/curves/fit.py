@@ -496,20 +496,15 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
     Q = None  # the noise model's tangent space: Eq. 1's Jacobian basis, or a constant column (power law, exact fit)
     if r.model == "sigmoid" and not exact:
         Q = uncertainty.tangent_basis(p, vp.Params(r.R0, r.A, r.B, r.Cmid, r.sse))[0]
-
-    def level(held: bool) -> trust.Level:
-        now = trust.local_level(r.predict, p.x, p.y, Q, held=held, n_params=n_params)
-        if uncertainty.too_few_residuals(p.x.size, n_params):  # noise not told from drift: the evaluation noise
-            now = replace(now, noise=max(now.noise, step_noise(p.y) ** 2))  # from successive differences instead
-        return now
-
-    now = level(held=falls(p.y))
+    now = trust.local_level(r.predict, p.x, p.y, Q, held=falls(p.y), n_params=n_params)
+    if uncertainty.too_few_residuals(p.x.size, n_params):  # noise not told from drift: the evaluation noise
+        now = replace(now, noise=max(now.noise, step_noise(p.y) ** 2))  # from successive differences instead
     bt = trust.backtest(p.x, p.y, refit, r.bounded, n_params)
     why = _degenerate(r, p, now)
     weight = 0.0 if why else (bt.weight if bt is not None else trust.COMBINED)
     ruler = bt is not None and not why and bt.ruler_won(weight)
     if ruler:  # on the run's own past the ruler beat the curve and its level alike: the forecast is the ruler
-        now = level(held=True)
+        now = now.held_at(p.y[-1])
     drift = bt.drift if bt is not None else float(np.sqrt(now.noise + now.drift))
     r.forecaster = trust.Forecast(float(p.x[0]), float(p.x[-1]), now, weight, drift, r.bounded, ends,
                                   float(ndtri(0.5 + r.ci_level / 2)))

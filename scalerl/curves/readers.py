@@ -87,6 +87,11 @@ def _first_char(p: Path) -> str:
 Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # columns, (row, record), notes
 
 
+def _records(rows: list[tuple[int, dict[str, Any]]], notes: list[str] | None = None) -> Records:
+    """``rows`` with their columns: every key of every record, in the order first seen."""
+    return list(dict.fromkeys(k for _, rec in rows for k in rec)), rows, notes or []
+
+
 def _loads(text: str, where: str) -> Any:
     """``json.loads`` of user data; nesting too deep for the parser (a RecursionError) is a UserError naming
     ``where``, so that no JSON input can end in a traceback."""
@@ -108,7 +113,7 @@ def _json_records(p: Path) -> Records:
     if isinstance(doc, list) and doc and all(isinstance(r, dict) for r in doc):
         # an array of flat records (a W&B ``run.history()`` saved with ``to_json(orient="records")``, or any
         # list of metric rows), read as JSON lines are
-        return list(dict.fromkeys(k for r in doc for k in r)), [(i + 1, r) for i, r in enumerate(doc)], []
+        return _records([(i + 1, r) for i, r in enumerate(doc)])
     if "\n" in text.strip():  # one pretty-printed document that is not a trainer_state.json
         raise UserError(
             f"{p}: a JSON document without a log_history list; give an HF/TRL trainer_state.json, a metrics.jsonl, "
@@ -132,14 +137,12 @@ def _trainer_state_records(p: Path, history: list[Any]) -> Records:
         merged.update(entry)
     if not by_step:
         raise UserError(f"{p}: log_history is empty; the trainer logged nothing yet")
-    rows = list(by_step.values())
-    return list(dict.fromkeys(k for _, rec in rows for k in rec)), rows, []
+    return _records(list(by_step.values()))
 
 
 def _jsonl_records(p: Path, text: str) -> Records:
     lines = text.splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
-    columns: dict[str, None] = {}
     out, notes = [], []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -155,11 +158,10 @@ def _jsonl_records(p: Path, text: str) -> Records:
             raise UserError(f"{p}: line {i + 1} is not a JSON object; a metrics.jsonl has one object per line")
         if set(rec) == {"step", "data"} and isinstance(rec["data"], dict):  # verl FileLogger
             rec = {"step": rec["step"], **rec["data"]}
-        columns.update(dict.fromkeys(rec))
         out.append((i + 1, rec))
     if not out:
         raise UserError(f"{p}: no JSON records in the file")
-    return list(columns), out, notes
+    return _records(out, notes)
 
 
 # verl's console line: "step:N - k:v - k:v"; "step" must start the line or follow a space, ")" or "]" (a Ray prefix,
@@ -186,10 +188,7 @@ def _console_records(p: Path) -> Records | None:
             step = int(m.group(1))
             _, merged = by_step.setdefault(step, (i + 1, {"step": step}))
             merged.update(pairs)
-    if not by_step:
-        return None
-    rows = list(by_step.values())
-    return list(dict.fromkeys(k for _, rec in rows for k in rec)), rows, []
+    return _records(list(by_step.values())) if by_step else None
 
 
 def _csv_records(p: Path) -> Records:

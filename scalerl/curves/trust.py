@@ -83,6 +83,11 @@ class Level:
     def level(self) -> float:
         return float(self.ahead(np.asarray(0.0), 0.0)[0]) + self.law_end
 
+    def held_at(self, y_last: float) -> "Level":
+        """This level held at the last evaluation ``y_last`` (what :func:`local_level` gives with ``held``: the
+        noise model unchanged, the last residual as the level's offset)."""
+        return replace(self, held=True, tail_bias=float(y_last) - self.law_end)
+
     def ahead(self, c: Any, x_end: float) -> tuple[Array, Array]:
         """(the residual expected at compute ``c``, its variance for a single evaluation there): the mean of the
         noise model's forecast and the tail's mean residual (two level estimates, one mean-reverting and one

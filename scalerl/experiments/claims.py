@@ -144,16 +144,15 @@ def efficiency_claim(pipeline: Pooled, ppo: Pooled, title: tuple[str, str] = EFF
     pooled = _cmid_at(pipeline.fit, ppo.fit)
     per_seed = [_cmid_at(a, b) for a, b in zip(pipeline.seeds, ppo.seeds)]
     compute = [c_ppo / c_pipe for c_pipe, c_ppo, _, _ in [pooled, *per_seed]]
-    signs = [math.log(r) for r in compute]
     ratios = ", ".join(f"{r:.2f}x" for r in compute[1:])
     numbers = (
         f"{pipeline.name} {pipeline.A_text()}, B {pipeline.fit.B:.2f} vs {ppo.name} {ppo.A_text()}, B "
         f"{ppo.fit.B:.2f}; at the common A, {ppo.name} needs {compute[0]:.2f}x the compute of "
         f"{pipeline.name} to reach the midpoint (per seed: {ratios}; within x{1 + COMPUTE_RATIO_MARGIN:g} is a tie)"
     )
-    # a NaN ratio (a refit without Cmid) keeps its NaN: _direction reads it as neither direction
-    beyond = [0.0 if math.isfinite(r) and within_ratio(r) else s for r, s in zip(compute, signs)]
-    return Claim(*title, _direction(beyond, pipeline.identified and ppo.identified), numbers)
+    # a ratio within the margin is a tie (0); a NaN one (a refit without Cmid) keeps its NaN: neither direction
+    signs = [0.0 if math.isfinite(r) and within_ratio(r) else math.log(r) for r in compute]
+    return Claim(*title, _direction(signs, pipeline.identified and ppo.identified), numbers)
 
 
 def overlap_claim(pipeline: Pooled, ppo: Pooled) -> Claim:

@@ -72,7 +72,7 @@ class WeightChannel:
         """Copy in the weights at ``version`` (the version last, so a reader that sees it finds the tensors whole).
         With ``timeout``: False, nothing changed, when a reader has held the lock that long (the caller checks that
         it is alive: a dead one holds it forever, see :meth:`renew_lock`)."""
-        lock = self._lock
+        lock = self._lock  # a process's lock, or a thread's (whose acquire takes no timeout of None)
         if not (lock.acquire() if timeout is None else lock.acquire(timeout=timeout)):
             return False
         try:
