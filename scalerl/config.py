@@ -12,6 +12,8 @@ nothing and imports no torch. The trainer never sees a recipe name.
 
 from __future__ import annotations
 
+import math
+
 import re
 import types
 import typing
@@ -157,13 +159,30 @@ class MixEntry(Named):
     drawn, either a number or a schedule over training steps: ``[[step, weight], ...]``, linear between the
     points and flat past the ends. Weights are relative: each batch's shares are the weights over their sum."""
 
-    # the bounds are checked in _weight, not here: a bound inside the union's list type failed both of its arms,
-    # and the error named the number arm ("weight.float: Input should be a valid number"), not the bad point
+    # the bounds are checked in _weight_points, not here: a bound inside the union's list type failed both of its
+    # arms, and the error named the number arm ("weight.float: Input should be a valid number"), not the bad point
     weight: float | list[tuple[int, float]] = Field(1.0)
     # this domain's split sizes; None takes task.n_train / task.n_val. Its share of the warm-up's batches is its
     # share of the demonstrations, so n_train also sets how much of the warm-up the domain gets
     n_train: int | None = Field(None, ge=1)
     n_val: int | None = Field(None, ge=1)
+
+    @field_validator("weight", mode="before")
+    @classmethod
+    def _weight_points(cls, value: Any) -> Any:
+        # before the union's arms: a bad point inside a schedule otherwise failed both arms, and the error named
+        # the number arm ("weight.float: Input should be a valid number") for a NaN at step 10
+        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
+        if isinstance(value, (list, tuple)):
+            bad = next((p for p in value if not (isinstance(p, (list, tuple)) and len(p) == 2 and number(p[0])
+                                                and number(p[1]) and float(p[0]).is_integer() and p[0] >= 0
+                                                and math.isfinite(p[1]) and p[1] >= 0)), None)
+            if bad is not None:
+                raise ValueError("a weight schedule's points are [step, weight], step an integer >= 0 and weight a "
+                                 f"finite number >= 0, got {bad!r}")
+        elif not isinstance(value, bool) and not (number(value) and math.isfinite(value) and value >= 0):
+            raise ValueError("a weight is a finite number >= 0 or a schedule [[step, weight], ...]")
+        return value
 
     @field_validator("weight")
     @classmethod
@@ -172,11 +191,6 @@ class MixEntry(Named):
             steps = [s for s, _ in value]
             if not value or steps != sorted(set(steps)):
                 raise ValueError("a weight schedule is [[step, weight], ...] with increasing steps")
-            bad = next(([s, w] for s, w in value if s < 0 or not w >= 0), None)
-            if bad is not None:
-                raise ValueError(f"a weight schedule's steps and weights must be >= 0, got {bad}")
-        elif value < 0:
-            raise ValueError("a weight must be >= 0")
         return value
 
     def weight_at(self, step: int) -> float:

@@ -71,13 +71,14 @@ def evaluate(
 
 
 def _breakdown(correct: Counter[tuple[str, str]], total: Counter[tuple[str, str]], prefix: str) -> dict[str, float]:
-    """Pass rate per domain (when there are two or more) and per tier within a domain (when it has two or more)."""
+    """Pass rate per domain (every domain of a mixture, one included: its ``val/<domain>/pass_rate`` is the column a
+    sweep's report and ``--y`` read for that domain) and per tier within a domain (when it has two or more)."""
     out: dict[str, float] = {}
     domains = sorted({d for d, _ in total})
     for d in domains:
         keys = [k for k in total if k[0] == d]
         head = f"{prefix}/{d}" if d else prefix
-        if len(domains) > 1:
+        if d:
             out[f"{head}/pass_rate"] = sum(correct[k] for k in keys) / sum(total[k] for k in keys)
         if len(keys) > 1:
             out.update({f"{head}/tier/{t}/pass_rate": correct[(d, t)] / total[(d, t)] for _, t in keys})

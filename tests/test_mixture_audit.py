@@ -296,7 +296,8 @@ def test_a_single_domain_mixture_serves_grades_and_evaluates_as_the_plain_task()
     r_plain = evaluate(_Engine(plain.val_problems(), right), enc, plain, plain.val_problems(), 1, None, seed=0)
     r_mix = evaluate(_Engine(mix.val_problems(), right), enc, mix, mix.val_problems(), 1, None, seed=0)
     assert r_plain["val/pass_rate"] == r_mix["val/pass_rate"]
-    assert "val/arithmetic/pass_rate" not in r_mix  # one domain: no per-domain line (evaluate._breakdown)
+    # a mixture names its domain even when it is the only one: the column a sweep's report reads for that domain
+    assert r_mix["val/arithmetic/pass_rate"] == r_mix["val/pass_rate"]
     # the same tier rates; a mixture names them under the domain (val/<domain>/tier/<name>/pass_rate)
     tiers = {k: v for k, v in r_plain.items() if k.startswith("val/tier/")}
     assert tiers and {k.replace("val/", "val/arithmetic/", 1): v for k, v in tiers.items()} == \
@@ -307,8 +308,15 @@ def test_a_single_domain_mixture_serves_grades_and_evaluates_as_the_plain_task()
     ("[{name: arithmetic, weight: -0.5}, {name: strings, weight: 1}]", "weight"),
     # the error names the bad point of a schedule (it named the union's number arm: "weight.float: Input should be a
     # valid number")
-    ("[{name: arithmetic, weight: [[0, -1], [10, 1]]}, {name: strings, weight: 1}]", r"must be >= 0, got \[0, -1"),
-    ("[{name: arithmetic, weight: [[-5, 1]]}, {name: strings, weight: 1}]", r"must be >= 0, got \[-5, 1"),
+    ("[{name: arithmetic, weight: [[0, -1], [10, 1]]}, {name: strings, weight: 1}]", r"finite number >= 0, got \[0, -1"),
+    ("[{name: arithmetic, weight: [[-5, 1]]}, {name: strings, weight: 1}]", r"integer >= 0 .*, got \[-5, 1"),
+    # a NaN or inf inside a schedule, or a point that is not [step, weight], is named too (the union's number arm
+    # was: "weight.float: Input should be a valid number (and 1 more)")
+    ("[{name: arithmetic, weight: [[0, 1], [10, .nan]]}, {name: strings, weight: 1}]", r"finite .*, got \[10, nan\]"),
+    ("[{name: arithmetic, weight: [[0, 1], [10, .inf]]}, {name: strings, weight: 1}]", r"finite .*, got \[10, inf\]"),
+    ("[{name: arithmetic, weight: [[0, 1, 2]]}, {name: strings, weight: 1}]", r"\[step, weight\].*, got \[0, 1, 2\]"),
+    ("[{name: arithmetic, weight: [[0.5, 1]]}, {name: strings, weight: 1}]", r"integer >= 0.*, got \[0\.5, 1\]"),
+    ("[{name: arithmetic, weight: abc}, {name: strings, weight: 1}]", r"weight: a weight is a finite number .*'abc'"),
     ("[{name: arithmetic, weight: 0}, {name: strings, weight: 0}]", "all 0"),
     ("[{name: arithmetic, weight: [[0, 0], [10, 1]]}, {name: strings, weight: 0}]", "all 0 at step 0"),
     ("[{name: arithmetic, weight: .nan}]", "finite"),
@@ -338,3 +346,20 @@ def test_huge_finite_weights_still_give_their_shares():
     assert len(s.next_ids(8)) == 8
     s2 = _mixture({"a": _ids("a", 4), "b": _ids("b", 4)}, {"a": a.weight_at, "b": b.weight_at})
     np.testing.assert_allclose(s2.weights(0), [1 / 1.3, 0.3 / 1.3])
+
+
+def test_a_single_domain_mixture_run_has_its_domain_curve_in_a_sweep_report(tmp_path):
+    """A mixture of one domain logs val/<domain>/pass_rate (the column the report and the live forecast read for a
+    mixture's domain); without it the sweep report's per-domain panel dropped the run silently."""
+    from scalerl.experiments.analysis import load_breakdown
+    from scalerl.runlog import read_metrics
+    from scalerl.pipeline.runner import train
+
+    cfg = micro("backend=inline", "steps=4", "eval.every=2", "checkpoint_every=100",
+                "task.mix=[{name: arithmetic, weight: 1, params: {max_operands: 5}}]")
+    train(cfg, tmp_path, show_progress=False)
+    evals = [r for r in read_metrics(tmp_path) if "val/pass_rate" in r]
+    assert len(evals) >= 3 and all(r["val/arithmetic/pass_rate"] == r["val/pass_rate"] for r in evals)
+    breakdown = load_breakdown(tmp_path)
+    assert breakdown.mixture and list(breakdown.domains) == ["arithmetic"]
+    assert list(breakdown.domains["arithmetic"][0].y) == [r["val/pass_rate"] for r in evals]
