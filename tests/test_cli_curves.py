@@ -2,6 +2,7 @@
 bad input as one line on stderr with exit code 2, no traceback and no output file."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -176,3 +177,37 @@ def test_an_unreliable_forecast_says_what_it_does(tmp_path, capsys):
     code, out, err = run(["fit", str(falling), "--x", "step", "--y", "value"], capsys)
     text = " ".join(out.split())
     assert "Eq. 1 cannot fall" in text and "the forecast holds the current level" in text
+
+
+def test_no_table_cell_is_cut_however_long_the_run_names(tmp_path, capsys):
+    """The fit and compare tables were printed 150 columns wide whatever they held: with a published run's long file
+    name every column shrank and the values themselves were cut ("≥ 0.…" for A). Now a name folds onto more lines
+    and the console widens to the table's narrowest layout (scalerl.commands.print_table)."""
+    a = _csv(tmp_path / ("qwen25-math-15b_grpo-lr-5e-6-full-beforefix_seed42_gsm8k_eval" * 2 + ".csv"))
+    b = _csv(tmp_path / ("qwen25-math-15b_reinforce-nobaseline_lr3e-5_math_validation" * 2 + ".csv"), seed=1)
+    for cmd in (["fit", a, b, "--fit-until", "0.5"], ["compare", a, b]):
+        code, out, err = run([*cmd, "--fit-from", 1500], capsys)
+        assert code == 0, err
+        assert "…" not in out
+        fits = [line for line in out.splitlines() if line.startswith("│") and "qwen25" in line]
+        # each row's A and interval are whole: "≥ 0.549", "[0.549, open]" (they were "≥ 0.…" and "[0.5…")
+        assert len(fits) == 2 and all(re.search(r"│ (≥ )?0\.\d{3} │ \[0\.\d{3}, (open|0\.\d{3})\] │", f) for f in fits)
+
+
+def test_print_table_widens_a_terminal_rather_than_cut_a_value():
+    import io
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from scalerl.commands import add_row, print_table
+
+    table = Table()
+    table.add_column("run", overflow="fold")
+    for col in ("A", "95% interval", "held-out |err| mean / max"):
+        table.add_column(col, no_wrap=True)
+    add_row(table, "a-run-name-without-spaces-" * 3, "≥ 0.173", "[0.173, open]", "0.0136 / 0.0412 (12 points)")
+    console = Console(file=io.StringIO(), width=40, force_terminal=True, color_system=None)
+    print_table(table, console)
+    text = console.file.getvalue()
+    assert "…" not in text and "[0.173, open]" in text and "0.0136 / 0.0412 (12 points)" in text

@@ -1,4 +1,5 @@
-"""The CLI's subcommands. :func:`add_row` is the one way they put text into a rich table."""
+"""The CLI's subcommands. :func:`add_row` is the one way they put text into a rich table, :func:`print_table`
+the one way they print it."""
 
 from __future__ import annotations
 
@@ -11,3 +12,19 @@ def add_row(table: Any, *cells: str) -> None:
     from rich.markup import escape
 
     table.add_row(*(escape(c) for c in cells))
+
+
+def print_table(table: Any, console: Any = None) -> None:
+    """Print a rich table with every cell whole. On a console narrower than the table's narrowest layout (a terminal
+    of 80 or 150 columns against a dozen columns of numbers) rich cut cells to "…", and the cut ones were the values
+    (``A`` printed as ``≥ 0.…``); the console is widened to that layout instead, so a terminal wraps the lines and
+    a log keeps them whole. ``console``: :func:`scalerl.progress.make_console`'s by default."""
+    from rich.measure import Measurement
+
+    from scalerl.progress import make_console
+
+    console = console or make_console(highlight=False)
+    need = Measurement.get(console, console.options.update_width(1 << 16), table).minimum
+    if need > console.width:
+        console.width = need
+    console.print(table)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 
-from scalerl.commands import add_row
+from scalerl.commands import add_row, print_table
 from scalerl.errors import UserError, check_number, check_writable_file
 
 if TYPE_CHECKING:
@@ -208,9 +208,15 @@ def _emit_json(obj: Any) -> None:
 
 
 def _console() -> Any:
-    from rich.console import Console
+    from scalerl.progress import make_console
 
-    return Console(width=max(Console().width, 150), highlight=False)
+    return make_console(highlight=False)
+
+
+def _column(name: str) -> dict[str, Any]:
+    """A table column's layout: a run's name folds onto more lines; every value stays on one (:func:`print_table`
+    widens the console rather than cut one)."""
+    return {"overflow": "fold"} if name == "run" else {"no_wrap": True}
 
 
 def _print_fits(fits: list["FitResult"]) -> None:
@@ -224,7 +230,7 @@ def _print_fits(fits: list["FitResult"]) -> None:
     table = Table(title="power-law fits, R = A − D·C^(−B) (App. A.4)" if power else f"Eq. 1 fits (method {fits[0].method})")
     cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
     for col in cols + ("held-out |err| mean / max", "beats ruler"):
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, **_column(col))
     for f in fits:
         h = f.heldout
         add_row(
@@ -243,7 +249,7 @@ def _print_fits(fits: list["FitResult"]) -> None:
             _beats_ruler(f),
         )
     console = _console()
-    console.print(table)
+    print_table(table, console)
     for f in fits:
         console.print(escape(forecast_lines(f)))
 
@@ -393,7 +399,7 @@ def _print_comparison(result: Any) -> None:
     cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A",
             "beats ruler")
     for col in cols:
-        table.add_column(col, no_wrap=True)
+        table.add_column(col, **_column(col))
     for r in result.ranked:
         tied = r.group_A is not None
         add_row(
@@ -411,7 +417,7 @@ def _print_comparison(result: Any) -> None:
             _c(r.refit.Cmid) if r.refit and r.refit.Cmid == r.refit.Cmid else "–",
             _beats_ruler(r.fit),
         )
-    _console().print(table)
+    print_table(table, _console())
 
 
 def register(app: typer.Typer) -> None:

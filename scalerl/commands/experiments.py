@@ -21,20 +21,19 @@ MARGIN_HELP = "With --prune: how far below the leader's lower end a run's outloo
 
 
 def _print_records(records: list, out: Path) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    from scalerl.commands import add_row
+    from scalerl.commands import add_row, print_table
 
     table = Table(title=f"sweep in {out} (index: {out / 'sweep.json'})")
     for col in ("run", "status", "this time", "A", "B", "Cmid"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     for rec in records:
         fit = (rec.summary or {}).get("fit") or {}
         num = lambda k, f: format(fit[k], f) if isinstance(fit.get(k), (int, float)) else "-"  # noqa: E731
         status = rec.status if rec.error is None else f"{rec.status}: {rec.error}"
         add_row(table, rec.name, status, rec.action, num("A", ".3f"), num("B", ".2f"), num("Cmid", ".3g"))
-    Console().print(table)
+    print_table(table)
 
 
 def _run(plan, out: Path, jobs: int, quiet: bool, prune: bool, margin: float) -> list:

@@ -12,12 +12,12 @@ import typer
 from scalerl.errors import UserError, check_writable_file
 
 
-def print_table(results: list[dict[str, Any]], title: str) -> None:
+def print_results(results: list[dict[str, Any]], title: str) -> None:
     """One row per step: each pass rate, with the value the run logged at that step beside it where it did."""
     from rich.table import Table
 
+    from scalerl.commands import print_table
     from scalerl.evaluate import pass_rate_keys
-    from scalerl.progress import make_console
 
     columns = [k for k in pass_rate_keys(results[0]) if "/tier/" not in k]  # tiers: in the JSON
     table = Table(title=title, title_justify="left")
@@ -33,7 +33,7 @@ def print_table(results: list[dict[str, Any]], title: str) -> None:
             if any(f"logged/{key}" in x for x in results):
                 cells.append(f"{r[f'logged/{key}']:.4f}" if f"logged/{key}" in r else "-")
         table.add_row(*cells)
-    make_console().print(table)
+    print_table(table)
 
 
 def register(app: typer.Typer) -> None:
@@ -88,4 +88,4 @@ def register(app: typer.Typer) -> None:
         if json_out is not None:
             write_json(json_out, doc)
         title = f"{source_path}: mean@{cfg.eval.n_samples} pass rates"
-        print_table(results, title)
+        print_results(results, title)

@@ -28,8 +28,7 @@ def presets(
     from rich.console import Console
     from rich.table import Table
 
-    from scalerl.commands import add_row
-
+    from scalerl.commands import add_row, print_table
     from scalerl.config import to_yaml
     from scalerl.presets import LOO_COMPONENTS, config_diff, list_presets, loo_variants, resolve_preset, resolve_variant
 
@@ -40,8 +39,8 @@ def presets(
 
     table = Table(title=f"Presets (configs/*.yaml); differences from {base}", show_lines=True)
     table.add_column("preset", style="bold", no_wrap=True)
-    table.add_column("description")
-    table.add_column(f"field: {base} -> preset")
+    table.add_column("description", overflow="fold")
+    table.add_column(f"field: {base} -> preset", overflow="fold")
     for name, description in list_presets():
         diff = config_diff(base_cfg, resolve_preset(name))
         lines = [f"{path}: {_fmt(a)} -> {_fmt(b)}" for path, a, b in diff]
@@ -49,15 +48,15 @@ def presets(
 
     loo = Table(title=f"Leave-one-out variants of {base} (§4, Fig. 7): scalerl loo --base {base}", show_lines=True)
     loo.add_column("variant", style="bold", no_wrap=True)
-    loo.add_column("reverts")
-    loo.add_column("--set overrides")
+    loo.add_column("reverts", overflow="fold")
+    loo.add_column("--set overrides", overflow="fold")
     for name, overrides in loo_variants(base).items():
         path, donor = LOO_COMPONENTS[name]
         add_row(loo, name, f"{path} (as in {donor})", "\n".join(overrides))
 
-    console = Console()
-    console.print(table)
-    console.print(loo)
+    console = Console()  # the terminal's width (80 in a pipe): the descriptions wrap, no value is cut
+    print_table(table, console)
+    print_table(loo, console)
 
 
 def register(app: typer.Typer) -> None:
