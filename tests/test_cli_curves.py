@@ -211,3 +211,23 @@ def test_print_table_widens_a_terminal_rather_than_cut_a_value():
     print_table(table, console)
     text = console.file.getvalue()
     assert "…" not in text and "[0.173, open]" in text and "0.0136 / 0.0412 (12 points)" in text
+
+
+def test_an_accuracy_logged_in_percent_is_named_and_read_with_y_scale(tmp_path, capsys):
+    """Many published logs print accuracy in percent (0-100). The bounds error says how to read them, and
+    --y-scale 0.01 fits exactly what the same curve in fractions fits."""
+    frac = _csv(tmp_path / "frac.csv")
+    lines = frac.read_text().splitlines()
+    pct = tmp_path / "pct.csv"
+    pct.write_text("\n".join([lines[0], *(",".join([*l.split(",")[:2], f"{100 * float(l.split(',')[2]):.3f}"])
+                                          for l in lines[1:])]) + "\n")
+    code, out, err = run(["fit", pct, "--fit-from", 1500], capsys)
+    assert code == 2 and "--y-scale 0.01" in err and "\n" not in err.strip() and "Traceback" not in err
+    code, out, _ = run(["fit", pct, "--fit-from", 1500, "--y-scale", "0.01", "--json"], capsys)
+    scaled = json.loads(out)["fits"][0]
+    code, out, _ = run(["fit", frac, "--fit-from", 1500, "--json"], capsys)
+    plain = json.loads(out)["fits"][0]
+    assert scaled["A"] == pytest.approx(plain["A"], abs=2e-4) and scaled["B"] == pytest.approx(plain["B"], rel=0.01)
+    for bad in ("0", "-1", "nan", "abc"):
+        code, out, err = run(["compare", pct, frac, "--y-scale", bad], capsys)
+        assert code == 2 and "--y-scale" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -57,6 +57,10 @@ BOUNDS_OPTION = typer.Option(
     True, "--bounds/--no-bounds", help="Keep 0 ≤ R0 ≤ A ≤ 1 (pass rates); --no-bounds for rewards such as ±1."
 )
 LEVEL_OPTION = typer.Option(0.95, "--level", help="Confidence level of the interval on A.")
+Y_SCALE_OPTION = typer.Option(
+    1.0, "--y-scale", metavar="F",
+    help="Multiply the reward by F before fitting: 0.01 reads an accuracy logged in percent as a pass rate.",
+)
 
 
 def _parse_until(text: Optional[str]) -> tuple[Optional[float], Optional[float]]:
@@ -152,13 +156,18 @@ def _fit_paths(
     a_grid: Optional[str] = None,
     cmid_grid: Optional[str] = None,
     shared_cutoff: bool = False,
+    y_scale: float = 1.0,
 ) -> list["FitResult"]:
     """Load and fit every path; any user mistake is raised before anything is written. ``shared_cutoff`` (with
-    ``fit_from`` None): one absolute early-point cutoff for every run (``scalerl.experiments.cutoff``)."""
+    ``fit_from`` None): one absolute early-point cutoff for every run (``scalerl.experiments.cutoff``);
+    ``y_scale``: each reward times this (``--y-scale``)."""
+    from dataclasses import replace
+
     from scalerl.curves import FIT_METHODS, fit_series, load_series
     from scalerl.curves.fit import MODELS
 
     FIT_METHODS.get(method, "--method")
+    check_number("--y-scale", y_scale, low=0, low_open=True)
     check_fit_numbers(fit_from, level, bounds, target)
     if model not in MODELS:
         raise UserError(f"--model {model!r} is not known; use one of: {', '.join(MODELS)}")
@@ -169,6 +178,8 @@ def _fit_paths(
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
     loaded = [load_series(path, x, y) for path in paths]
+    if y_scale != 1:
+        loaded = [replace(series, y=series.y * y_scale) for series in loaded]
     if fit_from is None and shared_cutoff:
         from scalerl.experiments.cutoff import shared_fit_from
 
@@ -306,6 +317,7 @@ def fit(
     cmid_grid: Optional[str] = CMID_GRID_OPTION,
     bounds: bool = BOUNDS_OPTION,
     level: float = LEVEL_OPTION,
+    y_scale: float = Y_SCALE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the fits as JSON (docs/architecture.md format) instead of a table."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Write a figure (.png, .svg, .pdf)."),
 ) -> None:
@@ -316,7 +328,8 @@ def fit(
     if plot is not None:
         check_figure_path(plot)
         check_writable_file(plot, "--plot")
-    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target, model, a_grid, cmid_grid)
+    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target, model, a_grid, cmid_grid,
+                      y_scale=y_scale)
     _print_warnings([w for f in fits for w in f.warnings])
     if plot is not None:
         plot_fits(fits, plot)
@@ -341,6 +354,7 @@ def compare(
     cmid_grid: Optional[str] = CMID_GRID_OPTION,
     bounds: bool = BOUNDS_OPTION,
     level: float = LEVEL_OPTION,
+    y_scale: float = Y_SCALE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="Print the ranking as JSON instead of a table."),
     plot: Optional[Path] = typer.Option(None, "--plot", metavar="FILE", help="Overlay figure of all fits."),
     slope_plot: Optional[Path] = typer.Option(
@@ -366,7 +380,7 @@ def compare(
     check_fit_numbers(fit_from, level, bounds, margin=margin)
     # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
-                      cmid_grid=cmid_grid, shared_cutoff=True)
+                      cmid_grid=cmid_grid, shared_cutoff=True, y_scale=y_scale)
     result = compare_fits(fits, margin=margin)
     from scalerl.curves import DEFAULT_Y
     from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks

@@ -79,7 +79,9 @@ def check(x: Array, y: Array, rows: Array, *, bounded: bool, source: str = "the 
         out = np.flatnonzero((y < 0) | (y > 1))
         if out.size:
             i = out[0]
+            percent = (y.min() >= 0 and y.max() <= 100 and
+                       "; values in [0, 100] read as percentages with --y-scale 0.01 (or divide them by 100)")
             raise FitError(
                 f"reward {y[i]:g} at row {rows[i]} of {source} is outside [0, 1] while bounds are on; "
-                "pass --no-bounds (bounded=False) for rewards such as ±1"
+                f"pass --no-bounds (bounded=False) for rewards such as ±1{percent or ''}"
             )
