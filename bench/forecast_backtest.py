@@ -26,7 +26,7 @@ declined; any other exception is a crash and is listed with its traceback.
     python bench/forecast_backtest.py --corpus bench/curves/holdout --no-synthetic   # the held-out set
     python bench/forecast_backtest.py --corpus bench/curves/holdout2 --no-synthetic  # the second held-out set
     python bench/forecast_backtest.py --corpus bench/curves/holdout3 --no-synthetic  # the third held-out set
-    python bench/forecast_backtest.py --corpus bench/curves/holdout5 --no-synthetic  # ... and so on to the fifth
+    python bench/forecast_backtest.py --corpus bench/curves/holdout6 --no-synthetic  # ... and so on to the sixth
 """
 
 from __future__ import annotations
