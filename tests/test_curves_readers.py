@@ -237,3 +237,39 @@ def test_a_json_array_of_records_is_read_like_json_lines(tmp_path, indent):
     assert s.x.tolist() == [0, 10] and s.y.tolist() == [0.31, 0.42] and s.rows.tolist() == [1, 3]
     with pytest.raises(UserError, match="no column 'step'.*_step, val/acc, train/loss"):
         load_series(path, x="step", y="val/acc")
+
+
+def _trainer_state(path, steps):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    history = [{"step": s, "eval_accuracy": 0.3 + 0.02 * s ** 0.5, "epoch": s / 100} for s in steps]
+    path.write_text(json.dumps({"global_step": steps[-1], "log_history": history}, indent=2))
+
+
+def test_an_hf_output_dir_mid_training_is_read_from_its_latest_checkpoint(tmp_path, capsys):
+    """An HF/TRL output_dir has checkpoint-<step>/trainer_state.json for every save and a root trainer_state.json
+    only once the script calls save_state() at the end: the directory is read from its latest checkpoint (by step:
+    checkpoint-120 after checkpoint-30, which sorts after it as text), and named by the run, not "trainer_state"."""
+    from test_cli_curves import run
+
+    from scalerl.curves.plot import short_name
+
+    for name, last in (("grpo-a", 120), ("grpo-b", 90)):
+        for step in (30, last):
+            _trainer_state(tmp_path / name / f"checkpoint-{step}" / "trainer_state.json", list(range(5, step + 1, 5)))
+    s = load_series(tmp_path / "grpo-a", x="step", y="eval_accuracy")
+    assert s.x.tolist() == list(range(5, 121, 5)) and s.source.endswith("checkpoint-120/trainer_state.json")
+    assert any("checkpoint-120" in n for n in s.notes)
+    assert short_name(s.source) == "grpo-a" and short_name(str(tmp_path / "grpo-b" / "trainer_state.json")) == "grpo-b"
+    code, out, err = run(["compare", tmp_path / "grpo-a", tmp_path / "grpo-b", "--x", "step", "--y", "eval_accuracy"],
+                         capsys)
+    assert code == 0, err
+    assert "grpo-a" in out and "grpo-b" in out and "trainer_state" not in out
+    # TensorBoard events beside the checkpoints are read instead (written at every log, the checkpoints only at saves)
+    (tmp_path / "grpo-a" / "runs").mkdir()
+    (tmp_path / "grpo-a" / "runs" / "events.out.tfevents.1.host").write_bytes(b"")
+    with pytest.raises(UserError, match="TensorBoard"):
+        load_series(tmp_path / "grpo-a", x="step", y="eval_accuracy")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match=r"checkpoint-\*/trainer_state.json"):
+        load_series(empty)

@@ -9,6 +9,7 @@ on a bare ``matplotlib.figure.Figure`` (Agg canvas, no pyplot state) and written
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Sequence
 
@@ -37,10 +38,13 @@ def check_figure_path(path: str | Path) -> str:
 
 
 def short_name(source: str) -> str:
-    """A legend label for a source path: the run directory for a metrics.jsonl, else the file's stem."""
+    """A legend label for a source path: the run directory for a file every run names alike (a metrics.jsonl, an
+    HF/TRL trainer_state.json, also inside the run's ``checkpoint-<step>/``), else the file's stem."""
     p = Path(source)
-    if p.name == "metrics.jsonl" and p.parent.name:
-        return p.parent.name
+    if p.name in ("metrics.jsonl", "trainer_state.json"):
+        run = p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent
+        if run.name:
+            return run.name
     return p.stem if p.suffix else p.name or source
 
 

@@ -3,7 +3,8 @@
 Supported: scalerl's own ``metrics.jsonl`` (flat keys, one object per line; lines without the requested keys,
 such as non-evaluation steps, are skipped; a truncated last line is skipped), a run directory (its
 ``metrics.jsonl``, else a ``trainer_state.json``, else the TensorBoard events in it or below it, such as ``tb/``
-or an HF ``runs/<date>/``), a CSV file with a header (including W&B history exports and W&B chart exports, whose
+or an HF ``runs/<date>/``, else the ``trainer_state.json`` of an HF/TRL output directory's latest
+``checkpoint-<step>/``), a CSV file with a header (including W&B history exports and W&B chart exports, whose
 columns are named ``"<run> - <metric>"``), TensorBoard event files or directories (read with TensorBoard's own
 ``EventAccumulator``; ``--x`` may then be another scalar tag, joined on the step, or ``step`` / ``wall_time``),
 and the files other trainers write:
@@ -32,6 +33,7 @@ import csv
 import json
 import math
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -54,6 +56,10 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
         for name in ("metrics.jsonl", "trainer_state.json"):
             if (p / name).is_file():
                 return load_series(p / name, x, y)
+        state = _latest_checkpoint_state(p)
+        if state is not None and not any(f.is_file() for f in p.rglob("*tfevents*")):
+            series = load_series(state, x, y)
+            return replace(series, notes=(*series.notes, f"{p}: read {state}, the latest checkpoint's trainer state"))
         return _from_tensorboard(_event_dir(p), x, y)
     if p.stat().st_size == 0:
         raise UserError(f"{p}: the file is empty")
@@ -66,12 +72,22 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
     return _from_records(p, _csv_records(p), x, y)
 
 
+def _latest_checkpoint_state(p: Path) -> Path | None:
+    """The ``trainer_state.json`` of the latest checkpoint (``checkpoint-<step>/``, the highest step) of an HF/TRL
+    output directory, or None. Its ``log_history`` holds every entry logged up to that checkpoint; the root
+    ``trainer_state.json`` appears only once a script calls ``save_state()``, at the end."""
+    found = [(int(m.group(1)), f) for f in p.glob("checkpoint-*/trainer_state.json")
+             if (m := re.fullmatch(r"checkpoint-(\d+)", f.parent.name)) and f.is_file()]
+    return max(found)[1] if found else None
+
+
 def _event_dir(p: Path) -> Path:
     """The one folder in or below the directory ``p`` that holds TensorBoard event files."""
     dirs = sorted({f.parent for f in p.rglob("*tfevents*") if f.is_file()}, key=lambda d: (len(d.parts), str(d)))
     if not dirs:
         raise UserError(
-            f"{p}: a directory without metrics.jsonl, trainer_state.json or TensorBoard event files; give a run directory"
+            f"{p}: a directory without metrics.jsonl, trainer_state.json, checkpoint-*/trainer_state.json or TensorBoard "
+            "event files; give a run directory"
         )
     if len(dirs) > 1 and len(dirs[1].parts) == len(dirs[0].parts):
         shown = ", ".join(str(d) for d in dirs[:4])
