@@ -13,7 +13,6 @@ nothing and imports no torch. The trainer never sees a recipe name.
 from __future__ import annotations
 
 import math
-
 import re
 import types
 import typing
