@@ -31,12 +31,13 @@ from scalerl.curves import (
     compare_fits,
     fit_curve,
     fit_series,
+    load_runs,
     load_series,
     plot_fits,
 )
 from scalerl.curves.sigmoid import Array
 
-__all__ = ["Comparison", "FitError", "FitResult", "Series", "compare", "fit", "forecast", "load", "plot"]
+__all__ = ["Comparison", "FitError", "FitResult", "Series", "compare", "fit", "forecast", "load", "load_all", "plot"]
 
 Source = str | Path | Series | FitResult
 
@@ -45,6 +46,13 @@ def load(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Series:
     """The (compute, reward) points of ``path``: a run directory, metrics.jsonl, CSV (W&B exports too), TensorBoard
     events, an HF/TRL ``trainer_state.json`` or verl's file-logger ``.jsonl``; ``x``/``y`` name the columns."""
     return load_series(path, x, y)
+
+
+def load_all(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[Series]:
+    """Every run in ``path``: :func:`load`'s one series, or one per run of a file that holds several (a W&B chart
+    export of a sweep, columns ``"<run> - <y>"``), what ``scalerl fit`` and ``scalerl compare`` read from it:
+    ``api.compare(api.load_all("sweep.csv", x="Step", y="val/acc"))`` ranks the sweep's runs."""
+    return load_runs(path, x, y)
 
 
 def fit(source: Source | None = None, *, x: Any = None, y: Any = None, **options: Any) -> FitResult:

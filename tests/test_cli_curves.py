@@ -231,3 +231,68 @@ def test_an_accuracy_logged_in_percent_is_named_and_read_with_y_scale(tmp_path, 
     for bad in ("0", "-1", "nan", "abc"):
         code, out, err = run(["compare", pct, frac, "--y-scale", bad], capsys)
         assert code == 2 and "--y-scale" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def _sweep_export(path, per_run_step=False):
+    """A W&B chart export of a two-run sweep: a shared Step column, each run's metric with its __MIN/__MAX columns,
+    blank where the run did not log (run a every 20 steps, run b every 10), as W&B writes them."""
+    runs = {"lr1e-6": (0.60, 100.0, 20), "lr3e-6": (0.68, 70.0, 10)}
+    head = ["Step"] + [f"{r} - {c}" for r in runs for c in
+                       ((["_step"] if per_run_step else []) + ["val/acc", "val/acc__MIN", "val/acc__MAX"])]
+    lines = [",".join(f'"{h}"' for h in head)]
+    for step in range(0, 410, 10):
+        cells = [str(step)]
+        for A, c, every in runs.values():
+            v = f"{0.3 + (A - 0.3) * (1 - np.exp(-step / c)):.5f}" if step % every == 0 else ""
+            cells += ([str(step) if v else ""] if per_run_step else []) + [v, v, v]
+        lines.append(",".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_sweeps_wandb_export_gives_each_of_its_runs_to_fit_and_compare(tmp_path, capsys):
+    """One W&B chart export holds the sweep's runs, one "<run> - val/acc" column each: compare ranks them from the
+    one file (it was refused as "given twice", and --y val/acc named no single column), each named by its run;
+    fit fits each; --y "<run> - val/acc" still takes one run."""
+    sweep = _sweep_export(tmp_path / "sweep.csv")
+    code, out, err = run(["compare", sweep, "--x", "Step", "--y", "val/acc", "--json"], capsys)
+    assert code == 0, err
+    ranked = json.loads(out)["ranking"]
+    assert [r["source"] for r in ranked] == [f"{sweep} [lr3e-6]", f"{sweep} [lr1e-6]"]
+    code, out, err = run(["fit", sweep, "--x", "Step", "--y", "val/acc", "--fit-from", 0, "--json"], capsys)
+    fits = json.loads(out)["fits"]  # every point after step 0 (which fixes R0): 20 of run a, 40 of run b
+    assert [f["n_points"] for f in fits] == [20, 40]
+    for f, name in zip(fits, ("lr1e-6", "lr3e-6")):  # each is what --y "<run> - val/acc" fits, that run alone
+        code, out, err = run(["fit", sweep, "--x", "Step", "--y", f"{name} - val/acc", "--fit-from", 0, "--json"],
+                             capsys)
+        alone = json.loads(out)["fits"]
+        assert len(alone) == 1 and (alone[0]["A"], alone[0]["B"]) == (f["A"], f["B"])
+    assert fits[0]["A"] < fits[1]["A"]
+    code, out, err = run(["compare", sweep, "--x", "Step", "--y", "val/acc"], capsys)
+    assert code == 0 and "│ lr3e-6" in out and "│ lr1e-6" in out
+    # each run's own x column ("<run> - _step") where the export has one
+    per_run = _sweep_export(tmp_path / "per_run.csv", per_run_step=True)
+    code, out, err = run(["fit", per_run, "--x", "_step", "--y", "val/acc", "--fit-from", 0, "--json"], capsys)
+    assert code == 0, err
+    assert [f["n_points"] for f in json.loads(out)["fits"]] == [20, 40]
+    # one run in a file is still not a comparison
+    one = tmp_path / "one.csv"
+    one.write_text('"Step","lr1e-6 - val/acc"\n10,0.4\n20,0.5\n30,0.55\n40,0.57\n50,0.58\n60,0.585\n70,0.59\n')
+    code, out, err = run(["compare", one, "--x", "Step", "--y", "val/acc"], capsys)
+    assert code == 2 and "at least two runs" in err
+
+
+def test_api_load_all_gives_the_sweeps_runs_and_compare_ranks_them(tmp_path):
+    import warnings
+
+    from scalerl import api
+
+    sweep = _sweep_export(tmp_path / "sweep.csv")
+    runs = api.load_all(sweep, x="Step", y="val/acc")
+    assert [s.source for s in runs] == [f"{sweep} [lr1e-6]", f"{sweep} [lr3e-6]"]
+    assert [s.x.size for s in runs] == [21, 41]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranked = api.compare(runs).ranked
+    assert [r.fit.source for r in ranked] == [runs[1].source, runs[0].source]
+    assert len(api.load_all(_csv(tmp_path / "one.csv"))) == 1  # any other file: its one series

@@ -163,7 +163,7 @@ def _fit_paths(
     ``y_scale``: each reward times this (``--y-scale``)."""
     from dataclasses import replace
 
-    from scalerl.curves import FIT_METHODS, fit_series, load_series
+    from scalerl.curves import FIT_METHODS, fit_series, load_runs
     from scalerl.curves.fit import MODELS
 
     FIT_METHODS.get(method, "--method")
@@ -177,7 +177,7 @@ def _fit_paths(
                         "or pass --no-bounds")
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
-    loaded = [load_series(path, x, y) for path in paths]
+    loaded = [series for path in paths for series in load_runs(path, x, y)]  # a sweep's export: each of its runs
     if y_scale != 1:
         loaded = [replace(series, y=series.y * y_scale) for series in loaded]
     if fit_from is None and shared_cutoff:
@@ -302,7 +302,9 @@ def forecast_lines(f: "FitResult") -> str:
 
 
 def fit(
-    paths: List[Path] = typer.Argument(..., help="Run directories, metrics.jsonl, CSV, or TensorBoard event files."),
+    paths: List[Path] = typer.Argument(
+        ..., help="Run directories, metrics.jsonl, CSV (a W&B export of several runs: each run), or TensorBoard event files."
+    ),
     x: str = X_OPTION,
     y: str = Y_OPTION,
     fit_from: Optional[float] = FROM_OPTION,
@@ -342,7 +344,9 @@ def fit(
 
 
 def compare(
-    paths: List[Path] = typer.Argument(..., help="Two or more runs (run directories, metrics.jsonl, CSV, TensorBoard)."),
+    paths: List[Path] = typer.Argument(
+        ..., help="Two or more runs (run directories, metrics.jsonl, CSV, TensorBoard); a W&B export of several runs gives each."
+    ),
     x: str = X_OPTION,
     y: str = Y_OPTION,
     fit_from: Optional[float] = FROM_OPTION,
@@ -369,8 +373,6 @@ def compare(
         if fig is not None:
             check_figure_path(fig)
             check_writable_file(fig, flag)
-    if len(paths) < 2:
-        raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
     seen: dict[str, Path] = {}
     for path in paths:  # the same run twice ties with itself and hides which row is which
         first = seen.setdefault(os.path.realpath(path), path)
@@ -381,6 +383,8 @@ def compare(
     # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
                       cmid_grid=cmid_grid, shared_cutoff=True, y_scale=y_scale)
+    if len(fits) < 2:  # one path may hold several runs (a W&B chart export of a sweep)
+        raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
     result = compare_fits(fits, margin=margin)
     from scalerl.curves import DEFAULT_Y
     from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks

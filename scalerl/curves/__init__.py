@@ -14,7 +14,7 @@ numpy + scipy (+ matplotlib for figures, imported only when drawing); never torc
 from scalerl.curves.compare import Comparison, compare_fits, refit_at
 from scalerl.curves.fit import FIT_METHODS, FitResult, fit_curve, fit_series, format_A, format_interval
 from scalerl.curves.plot import plot_fits, plot_linearised
-from scalerl.curves.readers import DEFAULT_X, DEFAULT_Y, load_series
+from scalerl.curves.readers import DEFAULT_X, DEFAULT_Y, load_runs, load_series
 from scalerl.curves.series import FitError, Series, TooFewPoints
 from scalerl.curves.sigmoid import linearised, power_law, sigmoid, sigmoid_inverse
 
@@ -33,6 +33,7 @@ __all__ = [
     "format_A",
     "format_interval",
     "linearised",
+    "load_runs",
     "load_series",
     "plot_fits",
     "plot_linearised",

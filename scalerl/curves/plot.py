@@ -17,6 +17,7 @@ import numpy as np
 
 from scalerl.atomic import atomic_path
 from scalerl.curves.fit import FitResult, format_compute
+from scalerl.curves.readers import run_of
 from scalerl.curves.sigmoid import linearised
 from scalerl.errors import UserError
 
@@ -39,7 +40,11 @@ def check_figure_path(path: str | Path) -> str:
 
 def short_name(source: str) -> str:
     """A legend label for a source path: the run directory for a file every run names alike (a metrics.jsonl, an
-    HF/TRL trainer_state.json, also inside the run's ``checkpoint-<step>/``), else the file's stem."""
+    HF/TRL trainer_state.json, also inside the run's ``checkpoint-<step>/``), the run for one run of several in a
+    file (:func:`scalerl.curves.readers.run_source`), else the file's stem."""
+    run = run_of(source)
+    if run is not None:  # one run of several in a file (a W&B chart export of a sweep): the run's own name
+        return run
     p = Path(source)
     if p.name in ("metrics.jsonl", "trainer_state.json"):
         run = p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent

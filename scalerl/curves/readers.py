@@ -49,9 +49,7 @@ TB_PSEUDO_COLUMNS = ("step", "wall_time")
 
 def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Series:
     """The (x, y) points of ``path`` in file order, with row numbers and notes about dropped rows."""
-    p = Path(path)
-    if not p.exists():
-        raise UserError(f"{p}: no such file or directory")
+    p = _existing(path)
     if p.is_dir():
         for name in ("metrics.jsonl", "trainer_state.json"):
             if (p / name).is_file():
@@ -61,15 +59,59 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
             series = load_series(state, x, y)
             return replace(series, notes=(*series.notes, f"{p}: read {state}, the latest checkpoint's trainer state"))
         return _from_tensorboard(_event_dir(p), x, y)
-    if p.stat().st_size == 0:
-        raise UserError(f"{p}: the file is empty")
     if "tfevents" in p.name:
         return _from_tensorboard(p, x, y)
+    return _from_records(p, _file_records(p), x, y)
+
+
+def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[Series]:
+    """Every run's points in ``path``: :func:`load_series`'s one series, except for a file that holds several runs'
+    ``"<run> - <y>"`` columns and no column ``y`` itself (a W&B chart export of a sweep), which gives one series per
+    run in column order, named :func:`run_source`, each with its own ``"<run> - <x>"`` column where it has one, else
+    the shared ``x`` (the export's ``Step``)."""
+    p = _existing(path)
+    if p.is_dir() or "tfevents" in p.name:
+        return [load_series(p, x, y)]
+    records = _file_records(p)
+    columns = records[0]
+    runs = [c.removesuffix(f" - {y}") for c in columns if c.endswith(f" - {y}")]
+    if y in columns or len(runs) < 2:
+        return [_from_records(p, records, x, y)]
+    return [_from_records(p, records, f"{run} - {x}" if f"{run} - {x}" in columns else x, f"{run} - {y}",
+                          run_source(p, run)) for run in runs]
+
+
+def run_source(path: str | Path, run: str) -> str:
+    """The name of run ``run`` of a file that holds several (:func:`load_runs`): ``"<path> [<run>]"``."""
+    return f"{path} [{run}]"
+
+
+_RUN_SOURCE = re.compile(r"(?P<path>.+) \[(?P<run>[^\[\]]+)\]")
+
+
+def run_of(source: str) -> str | None:
+    """The run a :func:`run_source` name names, None for any other source."""
+    m = _RUN_SOURCE.fullmatch(source)
+    return m["run"] if m and not Path(source).exists() else None
+
+
+def _existing(path: str | Path) -> Path:
+    """``path``, which must exist (and, a file, not be empty)."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"{p}: no such file or directory")
+    if p.is_file() and p.stat().st_size == 0:
+        raise UserError(f"{p}: the file is empty")
+    return p
+
+
+def _file_records(p: Path) -> Records:
+    """The rows of a file that is not TensorBoard events: JSON (lines), verl's console log, or a CSV/TSV."""
     if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) in ("{", "["):
-        return _from_records(p, _json_records(p), x, y)
+        return _json_records(p)
     if p.suffix.lower() not in (".csv", ".tsv") and (console := _console_records(p)) is not None:
-        return _from_records(p, console, x, y)
-    return _from_records(p, _csv_records(p), x, y)
+        return console
+    return _csv_records(p)
 
 
 def _latest_checkpoint_state(p: Path) -> Path | None:
@@ -251,7 +293,7 @@ def _number(v: Any) -> float | None:
     return f if math.isfinite(f) else math.nan
 
 
-def _series(source: Path, x: str, y: str, points: list[tuple[int, Any, Any]], notes: list[str]) -> Series:
+def _series(source: Path | str, x: str, y: str, points: list[tuple[int, Any, Any]], notes: list[str]) -> Series:
     xs, ys, rows, bad = [], [], [], []
     for row, xv, yv in points:
         fx, fy = _number(xv), _number(yv)
@@ -272,10 +314,12 @@ def _series(source: Path, x: str, y: str, points: list[tuple[int, Any, Any]], no
     return Series(str(source), x, y, np.array(xs), np.array(ys), np.array(rows), tuple(notes))
 
 
-def _from_records(source: Path, records: Records, x: str, y: str) -> Series:
+def _from_records(source: Path, records: Records, x: str, y: str, name: str | None = None) -> Series:
+    """The (x, y) series of ``records`` read from ``source``; ``name``: the series' source name when it is one run
+    of several in the file (:func:`run_source`)."""
     columns, rows, notes = records
     xc, yc = resolve_column(x, columns, source), resolve_column(y, columns, source)
-    return _series(source, x, y, [(row, rec.get(xc), rec.get(yc)) for row, rec in rows], notes)
+    return _series(name or source, x, y, [(row, rec.get(xc), rec.get(yc)) for row, rec in rows], notes)
 
 
 def _from_tensorboard(path: Path, x: str, y: str) -> Series:
