@@ -296,3 +296,42 @@ def test_api_load_all_gives_the_sweeps_runs_and_compare_ranks_them(tmp_path):
         ranked = api.compare(runs).ranked
     assert [r.fit.source for r in ranked] == [runs[1].source, runs[0].source]
     assert len(api.load_all(_csv(tmp_path / "one.csv"))) == 1  # any other file: its one series
+
+
+def test_a_folder_of_runs_gives_each_run_to_fit_and_compare(tmp_path, capsys):
+    """A directory that is no run itself but holds several (a scalerl sweep's output: one run directory each; a
+    TensorBoard logdir: one folder of events per run, as OpenRLHF and `tensorboard --logdir` lay them out) gives
+    each run, named by its folder; it was one error ("no metrics.jsonl", "events in several folders")."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    from scalerl.curves import load_runs
+
+    sweep = tmp_path / "sweep"
+    for name, seed in (("cispo", 0), ("dapo", 1)):
+        (sweep / name).mkdir(parents=True)
+        _csv(tmp_path / f"{name}.csv", seed=seed)
+        lines = (tmp_path / f"{name}.csv").read_text().splitlines()[1:]
+        (sweep / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"step": int(s), "compute/device_hours": float(c), "val/pass_rate": float(v)}) + "\n"
+            for s, c, v in (line.split(",") for line in lines)))
+    (sweep / "sweep.json").write_text("{}")
+    code, out, err = run(["compare", sweep, "--fit-from", 1500, "--json"], capsys)
+    assert code == 0, err
+    assert sorted(r["source"] for r in json.loads(out)["ranking"]) == [
+        str(sweep / "cispo" / "metrics.jsonl"), str(sweep / "dapo" / "metrics.jsonl")]
+    code, out, err = run(["compare", sweep, "--fit-from", 1500], capsys)
+    assert "│ cispo" in out and "│ dapo" in out
+    logdir = tmp_path / "logdir"
+    c = np.linspace(100, 16000, 40)
+    for name, row in (("ppo-a", "scalerl-8b"), ("ppo-b", "scalerl-32k")):
+        writer = SummaryWriter(log_dir=str(logdir / name))
+        for i, v in enumerate(simulate_eval_curve(TABLE1[row], c, seed=0)):
+            writer.add_scalar("eval/acc", float(v), i + 1)
+        writer.close()
+    code, out, err = run(["fit", logdir, "--x", "step", "--y", "eval/acc", "--json"], capsys)
+    assert code == 0, err
+    assert [f["source"] for f in json.loads(out)["fits"]] == [str(logdir / "ppo-a"), str(logdir / "ppo-b")]
+    code, out, err = run(["compare", logdir, "--x", "step", "--y", "eval/acc"], capsys)
+    assert code == 0 and "│ ppo-a" in out and "│ ppo-b" in out
+    # a run directory is still one run
+    assert len(load_runs(sweep / "cispo")) == 1 and len(load_runs(logdir / "ppo-a", x="step", y="eval/acc")) == 1

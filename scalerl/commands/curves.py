@@ -389,7 +389,8 @@ def compare(
     from scalerl.curves import DEFAULT_Y
     from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks
 
-    mixed = [DIFFERENT_TASKS] if y == DEFAULT_Y and validate_on_different_tasks(paths) else []
+    runs = [Path(f.source).parent for f in fits]  # each run's directory (a sweep's folder gives several)
+    mixed = [DIFFERENT_TASKS] if y == DEFAULT_Y and validate_on_different_tasks(runs) else []
     _print_warnings([w for f in fits for w in f.warnings] + result.warnings + mixed)
     if plot is not None:
         plot_fits(fits, plot)

@@ -55,7 +55,7 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
             if (p / name).is_file():
                 return load_series(p / name, x, y)
         state = _latest_checkpoint_state(p)
-        if state is not None and not any(f.is_file() for f in p.rglob("*tfevents*")):
+        if state is not None and not _event_dirs(p):
             series = load_series(state, x, y)
             return replace(series, notes=(*series.notes, f"{p}: read {state}, the latest checkpoint's trainer state"))
         return _from_tensorboard(_event_dir(p), x, y)
@@ -65,12 +65,17 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
 
 
 def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[Series]:
-    """Every run's points in ``path``: :func:`load_series`'s one series, except for a file that holds several runs'
-    ``"<run> - <y>"`` columns and no column ``y`` itself (a W&B chart export of a sweep), which gives one series per
-    run in column order, named :func:`run_source`, each with its own ``"<run> - <x>"`` column where it has one, else
-    the shared ``x`` (the export's ``Step``)."""
+    """Every run's points in ``path``: :func:`load_series`'s one series, except for
+
+    * a file that holds several runs' ``"<run> - <y>"`` columns and no column ``y`` itself (a W&B chart export of a
+      sweep): one series per run in column order, named :func:`run_source`, each with its own ``"<run> - <x>"``
+      column where it has one, else the shared ``x`` (the export's ``Step``);
+    * a directory that is no run itself but holds several (:func:`_runs_in`: a ``scalerl sweep`` output, a folder
+      of TensorBoard runs): one series per run, in name order."""
     p = _existing(path)
-    if p.is_dir() or "tfevents" in p.name:
+    if p.is_dir():
+        return [load_series(run, x, y) for run in _runs_in(p)]
+    if "tfevents" in p.name:
         return [load_series(p, x, y)]
     records = _file_records(p)
     columns = records[0]
@@ -79,6 +84,23 @@ def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[
         return [_from_records(p, records, x, y)]
     return [_from_records(p, records, f"{run} - {x}" if f"{run} - {x}" in columns else x, f"{run} - {y}",
                           run_source(p, run)) for run in runs]
+
+
+def _runs_in(p: Path) -> list[Path]:
+    """The runs a directory ``p`` holds: ``[p]`` when it is a run itself (a metrics.jsonl or trainer_state.json in
+    it, an HF/TRL checkpoint, or TensorBoard events in one folder); else its subdirectories that are runs (a
+    ``scalerl sweep`` output: one run directory each), or the folders of its TensorBoard events when several sit at
+    the same depth (``tensorboard --logdir``'s layout). Anything else is ``[p]``, for :func:`load_series` to name
+    the problem."""
+    if any((p / name).is_file() for name in ("metrics.jsonl", "trainer_state.json")) or _latest_checkpoint_state(p):
+        return [p]
+    runs = sorted(d for d in p.iterdir() if d.is_dir() and any((d / n).is_file() for n in ("metrics.jsonl",
+                                                                                         "trainer_state.json")))
+    if len(runs) > 1:
+        return runs
+    dirs = _event_dirs(p)
+    shallow = [d for d in dirs if len(d.parts) == len(dirs[0].parts)] if dirs else []
+    return shallow if len(shallow) > 1 else [p]
 
 
 def run_source(path: str | Path, run: str) -> str:
@@ -123,9 +145,14 @@ def _latest_checkpoint_state(p: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
+def _event_dirs(p: Path) -> list[Path]:
+    """The folders in or below the directory ``p`` that hold TensorBoard event files, shallowest first."""
+    return sorted({f.parent for f in p.rglob("*tfevents*") if f.is_file()}, key=lambda d: (len(d.parts), str(d)))
+
+
 def _event_dir(p: Path) -> Path:
     """The one folder in or below the directory ``p`` that holds TensorBoard event files."""
-    dirs = sorted({f.parent for f in p.rglob("*tfevents*") if f.is_file()}, key=lambda d: (len(d.parts), str(d)))
+    dirs = _event_dirs(p)
     if not dirs:
         raise UserError(
             f"{p}: a directory without metrics.jsonl, trainer_state.json, checkpoint-*/trainer_state.json or TensorBoard "
