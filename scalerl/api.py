@@ -49,8 +49,9 @@ def load(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Series:
 
 
 def load_all(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[Series]:
-    """Every run in ``path``: :func:`load`'s one series, or one per run of a file that holds several (a W&B chart
-    export of a sweep, columns ``"<run> - <y>"``), what ``scalerl fit`` and ``scalerl compare`` read from it:
+    """Every run in ``path``: :func:`load`'s one series, or one per run of a file or folder that holds several (a W&B
+    chart export of a sweep, columns ``"<run> - <y>"``; a ``scalerl sweep`` output; a TensorBoard logdir), what
+    ``scalerl fit`` and ``scalerl compare`` read from it (:func:`scalerl.curves.load_runs`):
     ``api.compare(api.load_all("sweep.csv", x="Step", y="val/acc"))`` ranks the sweep's runs."""
     return load_runs(path, x, y)
 

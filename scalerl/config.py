@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+import reprlib
 import types
 import typing
 from pathlib import Path
@@ -153,6 +154,27 @@ class WarmupConfig(Strict):
         })
 
 
+MAX_STEP = 10**15  # a schedule's step: far beyond any run, and within the integers pydantic and numpy keep exactly
+
+
+def _weight_value(v: Any) -> float | None:
+    """``v`` as a mixture weight (a finite number ≥ 0, a quoted one included, as pydantic reads it), else None
+    (true/false, text, NaN, ±inf, an integer too large for a float)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        return None
+    try:
+        f = float(v)
+    except (ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def _is_step(v: Any) -> bool:
+    """Whether ``v`` is a schedule's step: a whole number from 0 to :data:`MAX_STEP` (10.0 counts, 10.5 does not)."""
+    f = _weight_value(v)
+    return f is not None and f <= MAX_STEP and f.is_integer()
+
+
 class MixEntry(Named):
     """One domain of a task mixture (§5: math + code trained together). ``weight`` is its share of the prompts
     drawn, either a number or a schedule over training steps: ``[[step, weight], ...]``, linear between the
@@ -171,15 +193,13 @@ class MixEntry(Named):
     def _weight_points(cls, value: Any) -> Any:
         # before the union's arms: a bad point inside a schedule otherwise failed both arms, and the error named
         # the number arm ("weight.float: Input should be a valid number") for a NaN at step 10
-        number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)  # noqa: E731
         if isinstance(value, (list, tuple)):
-            bad = next((p for p in value if not (isinstance(p, (list, tuple)) and len(p) == 2 and number(p[0])
-                                                and number(p[1]) and float(p[0]).is_integer() and p[0] >= 0
-                                                and math.isfinite(p[1]) and p[1] >= 0)), None)
+            bad = next((p for p in value if not (isinstance(p, (list, tuple)) and len(p) == 2 and _is_step(p[0])
+                                                and _weight_value(p[1]) is not None)), None)
             if bad is not None:
-                raise ValueError("a weight schedule's points are [step, weight], step an integer >= 0 and weight a "
-                                 f"finite number >= 0, got {bad!r}")
-        elif not isinstance(value, bool) and not (number(value) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"a weight schedule's points are [step, weight], step a whole number from 0 to "
+                                 f"{MAX_STEP:.0e} and weight a finite number >= 0, got {reprlib.repr(bad)}")
+        elif not isinstance(value, bool) and _weight_value(value) is None:
             raise ValueError("a weight is a finite number >= 0 or a schedule [[step, weight], ...]")
         return value
 
@@ -469,7 +489,7 @@ def _format_validation_error(exc: ValidationError, source: str) -> str:
     if err["type"] == "extra_forbidden":
         msg = "unknown field (see 'scalerl presets --show scalerl' for every field)"
     elif err["type"] not in ("missing",) and not isinstance(err.get("input"), (dict, list)):
-        msg = f"{msg}, got {err.get('input')!r}"
+        msg = f"{msg}, got {reprlib.repr(err.get('input'))}"  # reprlib: a 400-digit number is cut, not printed
     more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
     return f"invalid config ({source}): {loc}: {msg}{more}"
 

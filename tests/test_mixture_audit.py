@@ -309,14 +309,18 @@ def test_a_single_domain_mixture_serves_grades_and_evaluates_as_the_plain_task()
     # the error names the bad point of a schedule (it named the union's number arm: "weight.float: Input should be a
     # valid number")
     ("[{name: arithmetic, weight: [[0, -1], [10, 1]]}, {name: strings, weight: 1}]", r"finite number >= 0, got \[0, -1"),
-    ("[{name: arithmetic, weight: [[-5, 1]]}, {name: strings, weight: 1}]", r"integer >= 0 .*, got \[-5, 1"),
+    ("[{name: arithmetic, weight: [[-5, 1]]}, {name: strings, weight: 1}]", r"whole number from 0 .*, got \[-5, 1"),
     # a NaN or inf inside a schedule, or a point that is not [step, weight], is named too (the union's number arm
     # was: "weight.float: Input should be a valid number (and 1 more)")
     ("[{name: arithmetic, weight: [[0, 1], [10, .nan]]}, {name: strings, weight: 1}]", r"finite .*, got \[10, nan\]"),
     ("[{name: arithmetic, weight: [[0, 1], [10, .inf]]}, {name: strings, weight: 1}]", r"finite .*, got \[10, inf\]"),
     ("[{name: arithmetic, weight: [[0, 1, 2]]}, {name: strings, weight: 1}]", r"\[step, weight\].*, got \[0, 1, 2\]"),
-    ("[{name: arithmetic, weight: [[0.5, 1]]}, {name: strings, weight: 1}]", r"integer >= 0.*, got \[0\.5, 1\]"),
+    ("[{name: arithmetic, weight: [[0.5, 1]]}, {name: strings, weight: 1}]", r"whole number from 0.*, got \[0\.5, 1\]"),
     ("[{name: arithmetic, weight: abc}, {name: strings, weight: 1}]", r"weight: a weight is a finite number .*'abc'"),
+    # an integer too large for a float (math.isfinite raised OverflowError, a traceback), a step beyond int64
+    (f"[{{name: arithmetic, weight: {10**400}}}, {{name: strings, weight: 1}}]", r"a weight is a finite number .*\.\.\."),
+    (f"[{{name: arithmetic, weight: [[0, {10**400}]]}}, {{name: strings}}]", r"finite number >= 0, got \[0, 1000"),
+    ("[{name: arithmetic, weight: [[0, 1], [1.0e+20, 2]]}, {name: strings}]", r"from 0 to 1e\+15 .*got \[1e\+20, 2\]"),
     ("[{name: arithmetic, weight: 0}, {name: strings, weight: 0}]", "all 0"),
     ("[{name: arithmetic, weight: [[0, 0], [10, 1]]}, {name: strings, weight: 0}]", "all 0 at step 0"),
     ("[{name: arithmetic, weight: .nan}]", "finite"),
@@ -363,3 +367,9 @@ def test_a_single_domain_mixture_run_has_its_domain_curve_in_a_sweep_report(tmp_
     breakdown = load_breakdown(tmp_path)
     assert breakdown.mixture and list(breakdown.domains) == ["arithmetic"]
     assert list(breakdown.domains["arithmetic"][0].y) == [r["val/pass_rate"] for r in evals]
+
+
+def test_a_quoted_weight_reads_as_the_number_it_quotes():
+    """pydantic reads a quoted number as that number in every numeric field; a weight and a schedule's point too."""
+    cfg = load_config(overrides=["task.mix=[{name: arithmetic, weight: '0.5'}, {name: strings, weight: [[0, '1']]}]"])
+    assert cfg.task.mix[0].weight == 0.5 and cfg.task.mix[1].weight == [(0, 1.0)]

@@ -25,6 +25,10 @@ def print_table(table: Any, console: Any = None) -> None:
 
     console = console or make_console(highlight=False)
     need = Measurement.get(console, console.options.update_width(1 << 16), table).minimum
-    if need > console.width:
+    width = console.width
+    if need > width:
         console.width = need
-    console.print(table)
+    try:
+        console.print(table)
+    finally:
+        console.width = width  # what is printed after the table wraps at the terminal's width again

@@ -157,17 +157,20 @@ def _fit_paths(
     cmid_grid: Optional[str] = None,
     shared_cutoff: bool = False,
     y_scale: float = 1.0,
+    distinct: bool = False,
 ) -> list["FitResult"]:
     """Load and fit every path; any user mistake is raised before anything is written. ``shared_cutoff`` (with
     ``fit_from`` None): one absolute early-point cutoff for every run (``scalerl.experiments.cutoff``);
-    ``y_scale``: each reward times this (``--y-scale``)."""
+    ``y_scale``: each reward times this (``--y-scale``); ``distinct``: refuse a run read twice (a folder and one of
+    its runs, a link to a run)."""
     from dataclasses import replace
 
-    from scalerl.curves import FIT_METHODS, fit_series, load_runs
+    from scalerl.curves import FIT_METHODS, FitError, fit_series, load_runs
     from scalerl.curves.fit import MODELS
+    from scalerl.curves.series import PERCENT_HINT
 
     FIT_METHODS.get(method, "--method")
-    check_number("--y-scale", y_scale, low=0, low_open=True)
+    check_number("--y-scale", y_scale, low=1e-6, high=1e6)  # beyond these a scale is a mistake, not a unit
     check_fit_numbers(fit_from, level, bounds, target)
     if model not in MODELS:
         raise UserError(f"--model {model!r} is not known; use one of: {', '.join(MODELS)}")
@@ -177,32 +180,57 @@ def _fit_paths(
                         "or pass --no-bounds")
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
-    loaded = [series for path in paths for series in load_runs(path, x, y)]  # a sweep's export: each of its runs
+    loaded = []  # (series, whether its path held several runs: a sweep's export or folder)
+    for path in paths:
+        runs = load_runs(path, x, y)
+        loaded += [(series, len(runs) > 1) for series in runs]
+    if distinct:
+        _check_distinct([series.source for series, _ in loaded])
     if y_scale != 1:
-        loaded = [replace(series, y=series.y * y_scale) for series in loaded]
+        loaded = [(replace(series, y=series.y * y_scale), several) for series, several in loaded]
     if fit_from is None and shared_cutoff:
         from scalerl.experiments.cutoff import shared_fit_from
 
-        fit_from = shared_fit_from([series.x for series in loaded], until_abs, until_frac)
-    fits = []
-    for series in loaded:
+        fit_from = shared_fit_from([series.x for series, _ in loaded], until_abs, until_frac)
+    fits, unfit = [], []
+    for series, several in loaded:
         predict = points or [float(series.x.max()), 2 * float(series.x.max())]
-        fits.append(
-            fit_series(
-                series,
-                method=method,
-                model=model,
-                fit_from=fit_from,
-                **grids,
-                fit_until=until_abs,
-                fit_until_fraction=until_frac,
-                bounded=bounds,
-                level=level,
-                predict_at=predict,
-                target=target,
-            )
-        )
+        try:
+            fits.append(fit_series(series, method=method, model=model, fit_from=fit_from, **grids,
+                                   fit_until=until_abs, fit_until_fraction=until_frac, bounded=bounds, level=level,
+                                   predict_at=predict, target=target))
+        except FitError as exc:
+            if y_scale != 1:  # the values it names are the file's times the scale, which is already given
+                exc = FitError(f"{str(exc).replace(PERCENT_HINT, '')} (the rewards after --y-scale {y_scale:g})")
+            if not several:
+                raise exc from None
+            unfit.append(exc)  # one run of a sweep that cannot be fitted (a queued run, a constant one): left out
+    if not fits:
+        raise unfit[0]
+    if unfit:
+        fits[0].warnings.append(f"left out {len(unfit)} run(s) that cannot be fitted: "
+                                + "; ".join(str(e) for e in unfit[:3]) + (" …" if len(unfit) > 3 else ""))
     return fits
+
+
+def _scaled(y_scale: float) -> dict[str, float]:
+    """The JSON's record of ``--y-scale`` (its rewards, A and R0 are the file's times it); nothing at 1."""
+    return {"y_scale": y_scale} if y_scale != 1 else {}
+
+
+def _check_distinct(sources: list[str]) -> None:
+    """A UserError when two sources are the same run: the same file or folder (links resolved), or the same run of
+    one file (:func:`scalerl.curves.readers.run_of`)."""
+    from scalerl.curves.readers import run_of
+
+    seen: dict[tuple[str, str | None], str] = {}
+    for source in sources:
+        path, run = run_of(source) or (source, None)
+        first = seen.setdefault((os.path.realpath(path), run), source)
+        if first is not source:
+            twice = (f"{source} is read twice (two of the paths given hold it)" if first == source else
+                     f"{first} and {source} are the same run")
+            raise UserError(f"{twice}; compare different runs")
 
 
 def _interval(f: "FitResult") -> str:
@@ -235,18 +263,19 @@ def _print_fits(fits: list["FitResult"]) -> None:
     from rich.table import Table
 
     from scalerl.curves.fit import format_compute as _c
-    from scalerl.curves.plot import short_name
+    from scalerl.curves.plot import display_names
 
+    names = display_names([f.source for f in fits])
     power = fits[0].model == "power"
     table = Table(title="power-law fits, R = A − D·C^(−B) (App. A.4)" if power else f"Eq. 1 fits (method {fits[0].method})")
     cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
     for col in cols + ("held-out |err| mean / max", "beats ruler"):
         table.add_column(col, **_column(col))
-    for f in fits:
+    for f, name in zip(fits, names):
         h = f.heldout
         add_row(
             table,
-            short_name(f.source),
+            name,
             str(f.n_points),
             f"{_c(f.fit_window[0])}–{_c(f.fit_window[1])}",
             ("–" if f.R0 != f.R0 else f"{f.R0:.3f}" + ("" if f.R0_fixed else " (fit)")),
@@ -261,8 +290,8 @@ def _print_fits(fits: list["FitResult"]) -> None:
         )
     console = _console()
     print_table(table, console)
-    for f in fits:
-        console.print(escape(forecast_lines(f)))
+    for f, name in zip(fits, names):
+        console.print(escape(forecast_lines(f, name)))
 
 
 def _beats_ruler(f: "FitResult") -> str:
@@ -274,13 +303,14 @@ def _beats_ruler(f: "FitResult") -> str:
     return "yes" if t["better_than_ruler"] else "NO"
 
 
-def forecast_lines(f: "FitResult") -> str:
+def forecast_lines(f: "FitResult", name: str | None = None) -> str:
     """What a fit forecasts, as the CLI prints it: each prediction with its 80% band, the trust line, and, when Eq. 1
-    does not describe the run, the reason instead of a confident number."""
+    does not describe the run, the reason instead of a confident number (``name``: the run's, its short name by
+    default)."""
     from scalerl.curves.fit import format_compute as _c
     from scalerl.curves.plot import short_name
 
-    name = short_name(f.source)
+    name = name or short_name(f.source)
     lines = []
     if f.predictions:
         lo, hi = f.forecast_interval([c for c, _ in f.predictions], level=0.8)
@@ -303,7 +333,8 @@ def forecast_lines(f: "FitResult") -> str:
 
 def fit(
     paths: List[Path] = typer.Argument(
-        ..., help="Run directories, metrics.jsonl, CSV (a W&B export of several runs: each run), or TensorBoard event files."
+        ..., help="Run directories, metrics.jsonl, CSV, or TensorBoard event files; a W&B export of several runs or a "
+                  "folder of runs (a sweep's output, a TensorBoard logdir) gives each run."
     ),
     x: str = X_OPTION,
     y: str = Y_OPTION,
@@ -336,7 +367,7 @@ def fit(
     if plot is not None:
         plot_fits(fits, plot)
     if as_json:
-        _emit_json({"fits": [f.to_json() for f in fits]})
+        _emit_json({"fits": [f.to_json() for f in fits], **_scaled(y_scale)})
     else:
         _print_fits(fits)
         if plot is not None:
@@ -345,7 +376,8 @@ def fit(
 
 def compare(
     paths: List[Path] = typer.Argument(
-        ..., help="Two or more runs (run directories, metrics.jsonl, CSV, TensorBoard); a W&B export of several runs gives each."
+        ..., help="Two or more runs (run directories, metrics.jsonl, CSV, TensorBoard); a W&B export of several runs or a "
+                  "folder of runs (a sweep's output, a TensorBoard logdir) gives each."
     ),
     x: str = X_OPTION,
     y: str = Y_OPTION,
@@ -382,7 +414,7 @@ def compare(
     check_fit_numbers(fit_from, level, bounds, margin=margin)
     # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
     fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
-                      cmid_grid=cmid_grid, shared_cutoff=True, y_scale=y_scale)
+                      cmid_grid=cmid_grid, shared_cutoff=True, y_scale=y_scale, distinct=True)
     if len(fits) < 2:  # one path may hold several runs (a W&B chart export of a sweep)
         raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
     result = compare_fits(fits, margin=margin)
@@ -397,7 +429,7 @@ def compare(
     if slope_plot is not None:
         plot_linearised(result.common_fits, slope_plot)
     if as_json:
-        _emit_json(result.to_json())
+        _emit_json({**result.to_json(), **_scaled(y_scale)})
         return
     _print_comparison(result)
     for fig in (plot, slope_plot):
@@ -409,8 +441,9 @@ def _print_comparison(result: Any) -> None:
     from rich.table import Table
 
     from scalerl.curves.fit import format_compute as _c
-    from scalerl.curves.plot import short_name
+    from scalerl.curves.plot import display_names
 
+    names = display_names([r.fit.source for r in result.ranked])
     table = Table(title=f"Ranking (App. A.5, A.8): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
     if any(not r.identified for r in result.ranked):  # compare.py: placed by the lower end of A, not ranked by it
         table.caption = ("* A not identified: placed by the lower end of its interval (A ≥ that), never tied, not "
@@ -419,12 +452,12 @@ def _print_comparison(result: Any) -> None:
             "beats ruler")
     for col in cols:
         table.add_column(col, **_column(col))
-    for r in result.ranked:
+    for r, name in zip(result.ranked, names):
         tied = r.group_A is not None
         add_row(
             table,
             str(r.rank) + ("" if r.identified else "*"),
-            short_name(r.fit.source),
+            name,
             r.fit.format_A(),
             _interval(r.fit),
             "yes" if r.fit.identified else "NO",

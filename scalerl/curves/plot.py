@@ -9,6 +9,7 @@ on a bare ``matplotlib.figure.Figure`` (Agg canvas, no pyplot state) and written
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Sequence
@@ -38,19 +39,46 @@ def check_figure_path(path: str | Path) -> str:
     return fmt
 
 
-def short_name(source: str) -> str:
-    """A legend label for a source path: the run directory for a file every run names alike (a metrics.jsonl, an
-    HF/TRL trainer_state.json, also inside the run's ``checkpoint-<step>/``), the run for one run of several in a
-    file (:func:`scalerl.curves.readers.run_source`), else the file's stem."""
-    run = run_of(source)
-    if run is not None:  # one run of several in a file (a W&B chart export of a sweep): the run's own name
-        return run
+def _run_location(source: str) -> tuple[str, str | None]:
+    """(the path that stands for the run, the run's name in it): a file's run for one run of several in it
+    (:func:`scalerl.curves.readers.run_of`); the run directory for a file every run names alike (a metrics.jsonl,
+    an HF/TRL trainer_state.json, also inside the run's ``checkpoint-<step>/``) and for a run's own folder of
+    TensorBoard events (scalerl's ``<run>/tb``, HF's ``<output_dir>/runs/<date>``); else the source itself."""
+    of_file = run_of(source)
+    if of_file is not None:
+        return of_file
     p = Path(source)
     if p.name in ("metrics.jsonl", "trainer_state.json"):
         run = p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent
-        if run.name:
-            return run.name
-    return p.stem if p.suffix else p.name or source
+        return (str(run), None) if run.name else (source, None)
+    if p.is_dir() and (p.name == "tb" or p.parent.name == "runs"):
+        return str(p.parent if p.name == "tb" else p.parent.parent), None
+    return source, None
+
+
+def short_name(source: str) -> str:
+    """A label for a run's source (:func:`_run_location`): the run's name in a file of several, the run's folder's
+    name, else the file's stem (a folder's name may hold dots: "Qwen2.5-0.5B-grpo")."""
+    path, run = _run_location(source)
+    if run is not None:
+        return run
+    p = Path(path)
+    return (p.stem if p.suffix and not p.is_dir() else p.name) or source
+
+
+def display_names(sources: Sequence[str]) -> list[str]:
+    """:func:`short_name` of each source, made longer where two would read alike (the same run name in two W&B
+    exports, runs of one name in two sweeps): the run's path from the folder the alike ones share, with its run."""
+    names = [short_name(s) for s in sources]
+    alike = [i for i, n in enumerate(names) if names.count(n) > 1]
+    if not alike:
+        return names
+    where = {i: _run_location(sources[i]) for i in alike}
+    root = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path, _ in where.values()])
+    for i, (path, run) in where.items():
+        rel = os.path.relpath(os.path.abspath(path), root)
+        names[i] = f"{rel} [{run}]" if run is not None else rel
+    return names
 
 
 def _save(fig, path: str | Path) -> None:  # noqa: ANN001 - matplotlib Figure
@@ -77,8 +105,9 @@ def plot_fits(
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
     colors = [f"C{i % 10}" for i in range(len(fits))]
+    names = list(labels) if labels is not None else display_names([f.source for f in fits])
     for k, (f, color) in enumerate(zip(fits, colors)):
-        name = labels[k] if labels is not None else short_name(f.source)
+        name = names[k]
         pos = f.x > 0
         filled = f.in_window & pos
         ax.scatter(f.x[filled], f.y[filled], s=14, color=color, zorder=3)
@@ -127,6 +156,7 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
     check_figure_path(path)
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
+    names = display_names([f.source for f in fits])
     for i, f in enumerate(fits):
         color = f"C{i % 10}"
         m = f.in_window & (f.x > 0)
@@ -134,7 +164,7 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
         ok = np.isfinite(F) & (F > 0)
         ax.scatter(f.x[m][ok], F[ok], s=12, color=color, zorder=3)
         c = np.geomspace(*f.fit_window, 50)
-        ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{short_name(f.source)}: B={f.B:.2f} (A{_A_text(f)})")
+        ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{names[i]}: B={f.B:.2f} (A{_A_text(f)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(f"{fits[0].x_name if fits else 'compute'} (log)")

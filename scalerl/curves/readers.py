@@ -32,10 +32,11 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -68,39 +69,97 @@ def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[
     """Every run's points in ``path``: :func:`load_series`'s one series, except for
 
     * a file that holds several runs' ``"<run> - <y>"`` columns and no column ``y`` itself (a W&B chart export of a
-      sweep): one series per run in column order, named :func:`run_source`, each with its own ``"<run> - <x>"``
-      column where it has one, else the shared ``x`` (the export's ``Step``);
-    * a directory that is no run itself but holds several (:func:`_runs_in`: a ``scalerl sweep`` output, a folder
-      of TensorBoard runs): one series per run, in name order."""
+      sweep): one series per run in column order, named :func:`run_source`, each read against its own
+      ``"<run> - <x>"`` column, or the file's own ``x`` column (the export's ``Step``) when it has none;
+    * a directory that is no run itself but holds runs (:func:`_runs_in`: a ``scalerl sweep`` output, a folder of
+      HF/TRL output directories, a TensorBoard logdir): one series per run, in path order.
+
+    A run of several that cannot be read (a queued run's empty log, a column it never logged) is left out with a
+    note on the first series read; when none can be read, the first one's error is raised."""
     p = _existing(path)
     if p.is_dir():
-        return [load_series(run, x, y) for run in _runs_in(p)]
+        return _each(p, [(str(run), lambda run=run: load_series(run, x, y)) for run in _runs_in(p)])
     if "tfevents" in p.name:
         return [load_series(p, x, y)]
     records = _file_records(p)
     columns = records[0]
     runs = [c.removesuffix(f" - {y}") for c in columns if c.endswith(f" - {y}")]
     if y in columns or len(runs) < 2:
-        return [_from_records(p, records, x, y)]
-    return [_from_records(p, records, f"{run} - {x}" if f"{run} - {x}" in columns else x, f"{run} - {y}",
-                          run_source(p, run)) for run in runs]
+        series = _from_records(p, records, x, y)
+        if y in columns and runs:
+            note = (f"{p}: read its column {y!r}; it also has {len(runs)} runs' '<run> - {y}' columns (--y "
+                    f"{f'{runs[0]} - {y}'!r} reads one)")
+            series = replace(series, notes=(*series.notes, note))
+        return [series]
+
+    def one(run: str) -> Series:
+        name = run_source(p, run)
+        xc = f"{run} - {x}" if f"{run} - {x}" in columns else x
+        if xc not in columns:
+            raise UserError(f"{name}: no column {f'{run} - {x}'!r}, and the file has no column {x!r} of its own")
+        return _from_records(p, records, x, y, name, (xc, f"{run} - {y}"))
+    return _each(p, [(run_source(p, run), lambda run=run: one(run)) for run in runs])
+
+
+def _each(p: Path, runs: list[tuple[str, Callable[[], Series]]]) -> list[Series]:
+    """The series of ``runs`` ((name, reader) pairs) that can be read; the others are named in a note on the
+    first one (see :func:`load_runs`)."""
+    read, skipped = [], []
+    for name, reader in runs:
+        try:
+            read.append(reader())
+        except UserError as exc:
+            skipped.append(exc)
+    if not read:
+        raise skipped[0]
+    if skipped:
+        notes = [f"{p}: left out {len(skipped)} of its {len(runs)} runs that cannot be read: "
+                 + "; ".join(str(e) for e in skipped[:3]) + (" …" if len(skipped) > 3 else "")]
+        read[0] = replace(read[0], notes=(*read[0].notes, *notes))
+    return read
+
+
+RUN_FILES = ("metrics.jsonl", "trainer_state.json")  # the files that make a directory a run
+
+
+def _is_run(d: Path) -> bool:
+    """Whether ``d`` is one run's directory: a scalerl run, an HF/TRL output directory (finished or mid-training)."""
+    return any((d / name).is_file() for name in RUN_FILES) or _latest_checkpoint_state(d) is not None
 
 
 def _runs_in(p: Path) -> list[Path]:
-    """The runs a directory ``p`` holds: ``[p]`` when it is a run itself (a metrics.jsonl or trainer_state.json in
-    it, an HF/TRL checkpoint, or TensorBoard events in one folder); else its subdirectories that are runs (a
-    ``scalerl sweep`` output: one run directory each), or the folders of its TensorBoard events when several sit at
-    the same depth (``tensorboard --logdir``'s layout). Anything else is ``[p]``, for :func:`load_series` to name
-    the problem."""
-    if any((p / name).is_file() for name in ("metrics.jsonl", "trainer_state.json")) or _latest_checkpoint_state(p):
+    """The runs a directory ``p`` holds: ``[p]`` when it is a run itself (:func:`_is_run`); else every run directory
+    below it (not looking inside a run: its ``tb/`` or ``runs/`` are its own), and every folder of TensorBoard
+    events that is not inside one of those (a ``tensorboard --logdir`` layout, OpenRLHF's ``--use_tensorboard``
+    folder), at any depth, in path order. ``[p]`` when that finds no more than one folder of events and no run
+    directory, for :func:`load_series` to read or to name the problem; the one run when there is one."""
+    if _is_run(p):
         return [p]
-    runs = sorted(d for d in p.iterdir() if d.is_dir() and any((d / n).is_file() for n in ("metrics.jsonl",
-                                                                                         "trainer_state.json")))
-    if len(runs) > 1:
-        return runs
-    dirs = _event_dirs(p)
-    shallow = [d for d in dirs if len(d.parts) == len(dirs[0].parts)] if dirs else []
-    return shallow if len(shallow) > 1 else [p]
+    runs: list[Path] = []
+    events: list[Path] = []
+    for d, subdirs, files in _tree(p):
+        if d != p and _is_run(d):
+            runs.append(d)
+            subdirs[:] = []  # a run's own folders (tb/, runs/<date>/, checkpoints) belong to it
+        elif any("tfevents" in f for f in files):
+            events.append(d)
+    found = sorted(runs + events)
+    if not runs and len(events) <= 1:
+        return [p]
+    return found
+
+
+def _tree(p: Path) -> Iterable[tuple[Path, list[str], list[str]]]:
+    """``os.walk`` of ``p`` that follows symbolic links (a logdir of linked runs) and enters each real folder once."""
+    seen: set[str] = set()
+    for root, subdirs, files in os.walk(p, followlinks=True):
+        real = os.path.realpath(root)
+        if real in seen:
+            subdirs[:] = []
+            continue
+        seen.add(real)
+        subdirs.sort()
+        yield Path(root), subdirs, files
 
 
 def run_source(path: str | Path, run: str) -> str:
@@ -108,13 +167,14 @@ def run_source(path: str | Path, run: str) -> str:
     return f"{path} [{run}]"
 
 
-_RUN_SOURCE = re.compile(r"(?P<path>.+) \[(?P<run>[^\[\]]+)\]")
+# "<a file with a known extension> [<run>]": the run may hold brackets and " - " (W&B display names do)
+_RUN_SOURCE = re.compile(r"(?P<path>.+?\.(?:csv|tsv|txt|log|json|jsonl|ndjson)) \[(?P<run>.+)\]", re.IGNORECASE)
 
 
-def run_of(source: str) -> str | None:
-    """The run a :func:`run_source` name names, None for any other source."""
+def run_of(source: str) -> tuple[str, str] | None:
+    """(the file, the run) of a :func:`run_source` name; None for any other source."""
     m = _RUN_SOURCE.fullmatch(source)
-    return m["run"] if m and not Path(source).exists() else None
+    return (m["path"], m["run"]) if m and not Path(source).exists() else None
 
 
 def _existing(path: str | Path) -> Path:
@@ -146,8 +206,10 @@ def _latest_checkpoint_state(p: Path) -> Path | None:
 
 
 def _event_dirs(p: Path) -> list[Path]:
-    """The folders in or below the directory ``p`` that hold TensorBoard event files, shallowest first."""
-    return sorted({f.parent for f in p.rglob("*tfevents*") if f.is_file()}, key=lambda d: (len(d.parts), str(d)))
+    """The folders in or below the directory ``p`` that hold TensorBoard event files, shallowest first (symbolic
+    links followed)."""
+    dirs = [d for d, _, files in _tree(p) if any("tfevents" in f for f in files)]
+    return sorted(dirs, key=lambda d: (len(d.parts), str(d)))
 
 
 def _event_dir(p: Path) -> Path:
@@ -278,14 +340,33 @@ def _console_records(p: Path) -> Records | None:
 
 def _csv_records(p: Path) -> Records:
     with open(p, newline="", encoding="utf-8-sig", errors="replace") as fh:
-        reader = csv.DictReader(fh, delimiter="\t" if p.suffix.lower() == ".tsv" else ",")
-        columns = [c for c in (reader.fieldnames or []) if c is not None]
-        rows = [(i + 2, {k: v for k, v in rec.items() if k is not None}) for i, rec in enumerate(reader)]
+        reader = csv.reader(fh, delimiter="\t" if p.suffix.lower() == ".tsv" else ",")
+        header = next(reader, [])
+        columns, renamed = _unique_columns(header)
+        rows = [(i + 2, dict(zip(columns, values))) for i, values in enumerate(reader) if values]
     if not columns:
         raise UserError(f"{p}: no header row; a CSV needs column names on its first line")
     if not rows:
         raise UserError(f"{p}: the CSV has a header but no rows")
-    return columns, rows, []
+    notes = [f"{p}: {len(renamed)} column names repeat (two runs of the same name?); read as "
+             + ", ".join(repr(c) for c in renamed[:4]) + (" …" if len(renamed) > 4 else "")] if renamed else []
+    return columns, rows, notes
+
+
+def _unique_columns(header: list[str]) -> tuple[list[str], list[str]]:
+    """``header`` with each repeat of a name made unique, and the new names. A W&B chart export names a run's column
+    ``"<run> - <metric>"`` by the run's display name, which two runs may share: the second becomes
+    ``"<run> (2) - <metric>"``, a run of its own, where reading by name kept only the last column."""
+    seen: dict[str, int] = {}
+    out, renamed = [], []
+    for name in header:
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            run, sep, metric = name.partition(" - ")
+            name = f"{run} ({seen[name]}) - {metric}" if sep else f"{name} ({seen[name]})"
+            renamed.append(name)
+        out.append(name)
+    return out, renamed
 
 
 def resolve_column(name: str, columns: Iterable[str], source: Path | str) -> str:
@@ -341,11 +422,12 @@ def _series(source: Path | str, x: str, y: str, points: list[tuple[int, Any, Any
     return Series(str(source), x, y, np.array(xs), np.array(ys), np.array(rows), tuple(notes))
 
 
-def _from_records(source: Path, records: Records, x: str, y: str, name: str | None = None) -> Series:
-    """The (x, y) series of ``records`` read from ``source``; ``name``: the series' source name when it is one run
-    of several in the file (:func:`run_source`)."""
+def _from_records(source: Path, records: Records, x: str, y: str, name: str | None = None,
+                  run_columns: tuple[str, str] | None = None) -> Series:
+    """The (x, y) series of ``records`` read from ``source``; for one run of several in the file, ``name`` is the
+    series' source name (:func:`run_source`) and ``run_columns`` the run's own (x, y) columns."""
     columns, rows, notes = records
-    xc, yc = resolve_column(x, columns, source), resolve_column(y, columns, source)
+    xc, yc = run_columns or (resolve_column(x, columns, source), resolve_column(y, columns, source))
     return _series(name or source, x, y, [(row, rec.get(xc), rec.get(yc)) for row, rec in rows], notes)
 
 

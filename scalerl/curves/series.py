@@ -26,6 +26,10 @@ class FitError(UserError):
 MAX_ABS_REWARD = 1e12
 
 
+# what the bounds error adds when every reward lies in [0, 100] (an accuracy logged in percent)
+PERCENT_HINT = "; values in [0, 100] read as percentages with --y-scale 0.01 (or divide them by 100)"
+
+
 class TooFewPoints(FitError):
     """Fewer points in the fit window than Eq. 1 has free parameters."""
 
@@ -79,9 +83,8 @@ def check(x: Array, y: Array, rows: Array, *, bounded: bool, source: str = "the 
         out = np.flatnonzero((y < 0) | (y > 1))
         if out.size:
             i = out[0]
-            percent = (y.min() >= 0 and y.max() <= 100 and
-                       "; values in [0, 100] read as percentages with --y-scale 0.01 (or divide them by 100)")
+            percent = y.min() >= 0 and 2 < y.max() <= 100  # 1.05 is a reward with a bonus, 52.4 a percentage
             raise FitError(
                 f"reward {y[i]:g} at row {rows[i]} of {source} is outside [0, 1] while bounds are on; "
-                f"pass --no-bounds (bounded=False) for rewards such as ±1{percent or ''}"
+                f"pass --no-bounds (bounded=False) for rewards such as ±1{PERCENT_HINT if percent else ''}"
             )

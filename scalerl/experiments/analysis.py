@@ -187,8 +187,8 @@ def load_breakdown(run_dir: Path) -> Breakdown | None:
     if cfg is None:
         return None
     task, evals = cfg.get("task") or {}, cfg.get("eval") or {}
-    mix = task.get("mix")
-    columns = ({e["name"]: f"val/{e['name']}/pass_rate" for e in mix} if mix
+    mix = task.get("mix") if isinstance(task.get("mix"), list) else None
+    columns = ({e["name"]: f"val/{e['name']}/pass_rate" for e in mix if isinstance(e, dict) and "name" in e} if mix
                else {str(task.get("name", "task")): curves.DEFAULT_Y})
     domains = {}
     for d, col in columns.items():
@@ -211,7 +211,8 @@ def _validation(task: dict[str, Any]) -> str:
     Mixture weights, training sizes and a task's params (often training-only, as its habits are) are left out,
     so that a sweep over them is not told its runs differ."""
     n_val = task.get("n_val")
-    domains = ([(e.get("name"), e.get("n_val") or n_val) for e in task["mix"]] if task.get("mix")
+    mix = task.get("mix") if isinstance(task.get("mix"), list) else None
+    domains = ([(e.get("name"), e.get("n_val") or n_val) for e in mix if isinstance(e, dict)] if mix
                else [(task.get("name"), n_val)])
     return json.dumps([sorted(domains, key=str), task.get("seed")], default=str)
 
@@ -227,11 +228,15 @@ def validate_on_different_tasks(paths: Iterable[Path]) -> bool:
 
 
 def _run_config(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``config.yaml`` as written (no validation: older runs stay readable); None without one."""
+    """The run's ``config.yaml`` as written (no validation: older runs stay readable); None without one, or when
+    the file is not a scalerl run's (another tool's config.yaml beside a CSV: not a mapping, or its ``task`` not one)."""
     try:
-        return yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
+        cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
         return None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("task") or {}, dict):
+        return None
+    return cfg
 
 
 def _series(run_dir: Path) -> curves.Series:
