@@ -52,6 +52,11 @@ def _run_dir(path, k, rows=None):
     return path
 
 
+def _trainer_state(path, k, steps, key="eval/acc"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"log_history": [{"step": i + 1, key: float(v)} for i, v in enumerate(_values(k)[:steps])]}))
+
+
 def _tb_run(path, k, tag="eval/acc"):
     from torch.utils.tensorboard import SummaryWriter
 
@@ -84,10 +89,18 @@ def test_every_folder_of_tensorboard_events_is_a_run_at_any_depth(tmp_path, caps
         _tb_run(tmp_path / "logdir" / name, k)
     runs = load_runs(tmp_path / "logdir", x="step", y="eval/acc")
     assert [short_name(s.source) for s in runs] == ["a", "b", "nested"]
-    # events in the logdir itself and in subfolders: each folder a run
-    _tb_run(tmp_path / "mixed", 0)
-    _tb_run(tmp_path / "mixed" / "sub", 1)
-    assert len(load_runs(tmp_path / "mixed", x="step", y="eval/acc")) == 2
+    # a run's own events with the subfolders add_scalars writes beside them (loss_train/, loss_val/): one run, no
+    # warning (each subfolder was read as a run of its own, and left out for lacking the column)
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(tmp_path / "scalars" / "run1"))
+    for i, v in enumerate(_values(0)):
+        writer.add_scalar("eval/acc", float(v), i + 1)
+        writer.add_scalars("loss", {"train": 1.0 / (i + 1), "val": 1.2 / (i + 1)}, i + 1)
+    writer.close()
+    for path in (tmp_path / "scalars", tmp_path / "scalars" / "run1"):
+        runs = load_runs(path, x="step", y="eval/acc")
+        assert len(runs) == 1 and not runs[0].notes and runs[0].x.size == COMPUTE.size
 
 
 def test_runs_are_named_by_their_folders_dots_and_all_and_hf_output_dirs_by_theirs(tmp_path):
@@ -95,8 +108,9 @@ def test_runs_are_named_by_their_folders_dots_and_all_and_hf_output_dirs_by_thei
         _tb_run(tmp_path / "dots" / name, k)
     assert [short_name(s.source) for s in load_runs(tmp_path / "dots", x="step", y="eval/acc")] == [
         "Qwen2.5-0.5B-grpo", "lr_1e-3.bs_64"]  # the suffix rule cut them at the dot: "Qwen2.5-0"
-    for k, name in enumerate(("qwen-lr1e-6", "qwen-lr3e-6")):  # HF: <output_dir>/runs/<date>_<host>/
+    for k, name in enumerate(("qwen-lr1e-6", "qwen-lr3e-6")):  # HF: <output_dir>/runs/<date>_<host>/, checkpoints
         _tb_run(tmp_path / "hf" / name / "runs" / f"Nov27_1{k}-00-00_gpu-{k}.cluster", k)
+        _trainer_state(tmp_path / "hf" / name / "checkpoint-10" / "trainer_state.json", k, 10)
     assert [short_name(s.source) for s in load_runs(tmp_path / "hf", x="step", y="eval/acc")] == [
         "qwen-lr1e-6", "qwen-lr3e-6"]
     # scalerl's own runs: <run>/tb
@@ -260,3 +274,151 @@ def test_a_path_that_is_no_run_and_holds_none_is_still_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="a directory without metrics.jsonl"):
         load_runs(tmp_path / "empty")
+
+
+# ---------------------------------------------------------------------------------------------- second review
+
+
+def test_a_run_left_out_does_not_move_the_cutoff_the_others_share(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for k in range(3):
+        _run_dir(sweep / f"run{k}", k)
+    crashed = sweep / "run_crashed"
+    crashed.mkdir()
+    (crashed / "metrics.jsonl").write_text("".join(  # three evaluations, the last at compute 100: it fixed the cutoff
+        json.dumps({"step": i, "compute/device_hours": c, "val/pass_rate": 0.2}) + "\n" for i, c in enumerate((0, 50, 100))))
+    for until in ([], ["--fit-until", "0.5"]):
+        code, out, err = run(["compare", sweep, *until, "--json"], capsys)
+        assert code == 0, err
+        folder = json.loads(out)
+        code, out, err = run(["compare", *(sweep / f"run{k}" for k in range(3)), *until, "--json"], capsys)
+        alone = json.loads(out)
+        assert [(f["source"], f["fit_window"], f["A"]) for f in folder["fits"]] == [
+            (f["source"], f["fit_window"], f["A"]) for f in alone["fits"]]
+        assert any("left out 1 run(s) that cannot be fitted" in w for w in folder["warnings"])
+
+
+def test_runs_left_out_are_named_when_too_few_are_left_to_compare(tmp_path, capsys):
+    pct = tmp_path / "pct.csv"  # two runs in percent, one in fractions: only one can be fitted with bounds on
+    pct.write_text('"Step","a - acc","b - acc","c - acc"\n' + "".join(
+        f"{int(c)},{100 * _values(0)[i]:.3f},{100 * _values(1)[i]:.3f},{_values(2)[i]:.5f}\n" for i, c in enumerate(COMPUTE)))
+    code, out, err = run(["compare", pct, "--x", "Step", "--y", "acc"], capsys)
+    assert code == 2 and "at least two runs" in err and "--y-scale 0.01" in err and "\n" not in err.strip()
+    code, out, err = run(["fit", pct, "--x", "Step", "--y", "acc", "--json"], capsys)
+    doc = json.loads(out)
+    assert len(doc["fits"]) == 1 and any("cannot be fitted" in w for w in doc["warnings"])  # top level, not a run's
+
+
+def test_one_run_read_through_its_log_and_its_events_is_the_same_run(tmp_path, capsys):
+    out_dir = tmp_path / "trl" / "qwen-grpo-a"
+    _tb_run(out_dir / "runs" / "Nov27_10-00-00_host", 0)
+    _trainer_state(out_dir / "checkpoint-40" / "trainer_state.json", 0, 40)
+    _tb_run(tmp_path / "trl" / "qwen-grpo-b" / "runs" / "Nov27_11-00-00_host", 1)
+    _trainer_state(tmp_path / "trl" / "qwen-grpo-b" / "checkpoint-40" / "trainer_state.json", 1, 40)
+    events = next((out_dir / "runs" / "Nov27_10-00-00_host").iterdir())
+    for second in (out_dir / "checkpoint-40" / "trainer_state.json", events, out_dir / "runs"):
+        code, out, err = run(["compare", tmp_path / "trl", second, "--x", "step", "--y", "eval/acc"], capsys)
+        assert code == 2 and "compare different runs" in err, (second, err)
+
+
+def test_pytorch_runs_folders_and_a_relaunched_hf_run_are_told_apart(tmp_path, capsys):
+    for k, date in enumerate(("Nov27_10-00-00_host", "Nov27_11-00-00_host", "Nov28_09-00-00_host")):
+        _tb_run(tmp_path / "proj" / "runs" / date, k)  # SummaryWriter()'s default: runs/<date>_<host>
+    for where in (tmp_path / "proj" / "runs", tmp_path / "proj"):
+        code, out, err = run(["compare", where, "--x", "step", "--y", "eval/acc"], capsys)
+        assert code == 0, err
+        assert sorted(_names(out)) == ["Nov27_10-00-00_host", "Nov27_11-00-00_host", "Nov28_09-00-00_host"]
+
+
+def test_a_relaunched_output_dir_mid_training_reads_its_latest_checkpoint(tmp_path):
+    out_dir = tmp_path / "qwen-grpo-c"  # two launches: two runs/<date>/ folders, and the checkpoints
+    _tb_run(out_dir / "runs" / "Nov27_10-00-00_host", 0)
+    _tb_run(out_dir / "runs" / "Nov27_12-00-00_host", 1)
+    _trainer_state(out_dir / "checkpoint-400" / "trainer_state.json", 2, 30)
+    for path in (out_dir, tmp_path):
+        (series,) = load_runs(path, x="step", y="eval/acc")
+        assert series.source.endswith("checkpoint-400/trainer_state.json") and series.x.size == 30
+
+
+def test_a_sweep_run_that_failed_before_its_log_is_named_not_dropped(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    for k in range(2):
+        _run_dir(sweep / f"run{k}", k)
+    (sweep / "run_failed").mkdir()
+    (sweep / "run_failed" / "config.yaml").write_text("task: {name: arithmetic}\n")
+    (sweep / "run_failed" / "sweep_error.log").write_text("Traceback ...\nRuntimeError: out of memory\n")
+    code, out, err = run(["compare", sweep], capsys)
+    assert code == 0 and sorted(_names(out)) == ["run0", "run1"]
+    assert "left out 1 of its 3 runs" in err and "run_failed" in err
+
+
+def test_a_repeated_name_never_takes_a_name_another_run_has(tmp_path):
+    w = tmp_path / "dup2.csv"
+    w.write_text('"Step","grpo - acc","grpo - acc","grpo (2) - acc"\n' + "".join(
+        f"{int(c)},{_values(0)[i]:.5f},{_values(1)[i]:.5f},{_values(2)[i]:.5f}\n" for i, c in enumerate(COMPUTE)))
+    runs = load_runs(w, x="Step", y="acc")
+    assert [short_name(s.source) for s in runs] == ["grpo", "grpo (3)", "grpo (2)"]
+    assert [s.y[0] for s in runs] == pytest.approx([round(_values(k)[0], 5) for k in (0, 1, 2)])
+
+
+def test_names_with_dollars_draw_as_written_and_a_sweep_of_sixty_gets_sixty_colours(tmp_path, capsys):
+    from scalerl.curves.plot import _colors
+
+    w = _wandb(tmp_path / "dollar.csv", ["cost $x^", r"gain $\foo{$", "budget $10$"])
+    code, out, err = run(["compare", w, "--x", "Step", "--y", "val/acc", "--plot", tmp_path / "d.png",
+                          "--slope-plot", tmp_path / "s.png"], capsys)
+    assert code == 0, err  # mathtext raised ParseFatalException (a traceback) on "\foo"
+    assert (tmp_path / "d.png").stat().st_size > 0 and (tmp_path / "s.png").stat().st_size > 0
+    assert len({tuple(c) for c in _colors(60)}) == 60
+
+
+def test_a_wandb_export_without_a_known_extension_keeps_its_run_names(tmp_path):
+    w = _wandb(tmp_path / "export", ["grpo.v2 [a] - b", "grpo lr=1e-6 (seed 1)"])
+    assert [short_name(s.source) for s in load_runs(w, x="Step", y="val/acc")] == [
+        "grpo.v2 [a] - b", "grpo lr=1e-6 (seed 1)"]
+
+
+def test_names_do_not_depend_on_the_working_directory(tmp_path, monkeypatch):
+    run_dir = _run_dir(tmp_path / "qwen-grpo-a", 0)
+    monkeypatch.chdir(run_dir)
+    assert short_name(load_runs(".")[0].source) == "qwen-grpo-a"
+    _tb_run(tmp_path / "tb_run" / "runs" / "Nov27_10-00-00_host", 0)
+    monkeypatch.chdir(tmp_path / "tb_run" / "runs" / "Nov27_10-00-00_host")
+    assert short_name(load_runs(".", x="step", y="eval/acc")[0].source) == "Nov27_10-00-00_host"
+
+
+def test_a_wide_table_shows_whole_names_once_it_is_widened(tmp_path):
+    from rich.console import Console
+    from rich.table import Table
+
+    from scalerl.commands import add_row, print_table
+
+    table = Table()
+    table.add_column("run", overflow="fold")
+    for col in ("A", "95% interval", "held-out |err| mean / max", "beats ruler"):
+        table.add_column(col, no_wrap=True)
+    name = "grpo_qwen2.5-7b_lr1e-6_bs512_seed2_49"
+    add_row(table, name, "≥ 0.173", "[0.173, open]", "0.0136 / 0.0412 (12 points)", "yes")
+    console = Console(file=io.StringIO(), width=60, force_terminal=True, color_system=None)
+    print_table(table, console)
+    assert name in console.file.getvalue()  # it was folded into 8-character pieces
+
+
+def test_the_api_compares_as_the_cli_does(tmp_path):
+    import warnings
+
+    from scalerl import api
+
+    sweep = tmp_path / "sweep"
+    _run_dir(sweep / "long", 0)
+    _run_dir(sweep / "short", 1, rows=_values(1)[:20])
+    runs = api.load_all(sweep)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranked = api.compare(runs).ranked
+        with pytest.raises(UserError, match="compare different runs"):
+            api.compare([runs[0], runs[0]])
+    code_fits = {r.fit.source: r.fit.fit_window for r in ranked}
+    assert len({w[0] for w in code_fits.values()}) == 1  # one shared early cutoff, as scalerl compare cuts
+    with pytest.raises(UserError, match="holds 2 runs .*load_runs"):
+        api.load(sweep)

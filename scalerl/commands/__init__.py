@@ -14,6 +14,9 @@ def add_row(table: Any, *cells: str) -> None:
     table.add_row(*(escape(c) for c in cells))
 
 
+MAX_TABLE_WIDTH = 300  # a table wider than its console is widened to at most this, unless its values need more
+
+
 def print_table(table: Any, console: Any = None) -> None:
     """Print a rich table with every cell whole. On a console narrower than the table's narrowest layout (a terminal
     of 80 or 150 columns against a dozen columns of numbers) rich cut cells to "…", and the cut ones were the values
@@ -24,10 +27,10 @@ def print_table(table: Any, console: Any = None) -> None:
     from scalerl.progress import make_console
 
     console = console or make_console(highlight=False)
-    need = Measurement.get(console, console.options.update_width(1 << 16), table).minimum
+    fits = Measurement.get(console, console.options.update_width(1 << 16), table)
     width = console.width
-    if need > width:
-        console.width = need
+    if fits.minimum > width:  # widened anyway: as far as the whole cells need (names unfolded), within reason
+        console.width = max(fits.minimum, min(fits.maximum, MAX_TABLE_WIDTH))
     try:
         console.print(table)
     finally:

@@ -158,15 +158,17 @@ def _fit_paths(
     shared_cutoff: bool = False,
     y_scale: float = 1.0,
     distinct: bool = False,
-) -> list["FitResult"]:
-    """Load and fit every path; any user mistake is raised before anything is written. ``shared_cutoff`` (with
+) -> tuple[list["FitResult"], list[str]]:
+    """Load and fit every path: (the fits, notes naming the runs of several that were left out); any user mistake
+    is raised before anything is written. ``shared_cutoff`` (with
     ``fit_from`` None): one absolute early-point cutoff for every run (``scalerl.experiments.cutoff``);
     ``y_scale``: each reward times this (``--y-scale``); ``distinct``: refuse a run read twice (a folder and one of
     its runs, a link to a run)."""
     from dataclasses import replace
 
-    from scalerl.curves import FIT_METHODS, FitError, fit_series, load_runs
+    from scalerl.curves import FIT_METHODS, FitError, fit_series
     from scalerl.curves.fit import MODELS
+    from scalerl.curves.readers import check_distinct, read_runs
     from scalerl.curves.series import PERCENT_HINT
 
     FIT_METHODS.get(method, "--method")
@@ -180,57 +182,50 @@ def _fit_paths(
                         "or pass --no-bounds")
     until_abs, until_frac = _parse_until(fit_until)
     points = _parse_points(predict_at or [], "--predict-at")
-    loaded = []  # (series, whether its path held several runs: a sweep's export or folder)
+    loaded, notes = [], []  # (series, whether its path held several runs: a sweep's export or folder), left out
     for path in paths:
-        runs = load_runs(path, x, y)
-        loaded += [(series, len(runs) > 1) for series in runs]
+        runs, left_out = read_runs(path, x, y)
+        loaded += [(series, len(runs) + len(left_out) > 1) for series in runs]
+        notes += left_out
     if distinct:
-        _check_distinct([series.source for series, _ in loaded])
+        check_distinct([series.source for series, _ in loaded])
     if y_scale != 1:
         loaded = [(replace(series, y=series.y * y_scale), several) for series, several in loaded]
-    if fit_from is None and shared_cutoff:
-        from scalerl.experiments.cutoff import shared_fit_from
+    unfit: list[FitError] = []
+    while True:  # a run left out does not set the early cutoff the others share: fitted again without it
+        cutoff = fit_from
+        if fit_from is None and shared_cutoff:
+            from scalerl.experiments.cutoff import shared_fit_from
 
-        fit_from = shared_fit_from([series.x for series, _ in loaded], until_abs, until_frac)
-    fits, unfit = [], []
-    for series, several in loaded:
-        predict = points or [float(series.x.max()), 2 * float(series.x.max())]
-        try:
-            fits.append(fit_series(series, method=method, model=model, fit_from=fit_from, **grids,
-                                   fit_until=until_abs, fit_until_fraction=until_frac, bounded=bounds, level=level,
-                                   predict_at=predict, target=target))
-        except FitError as exc:
-            if y_scale != 1:  # the values it names are the file's times the scale, which is already given
-                exc = FitError(f"{str(exc).replace(PERCENT_HINT, '')} (the rewards after --y-scale {y_scale:g})")
-            if not several:
-                raise exc from None
-            unfit.append(exc)  # one run of a sweep that cannot be fitted (a queued run, a constant one): left out
+            cutoff = shared_fit_from([series.x for series, _ in loaded], until_abs, until_frac)
+        fits, failed = [], []
+        for series, several in loaded:
+            predict = points or [float(series.x.max()), 2 * float(series.x.max())]
+            try:
+                fits.append(fit_series(series, method=method, model=model, fit_from=cutoff, **grids,
+                                       fit_until=until_abs, fit_until_fraction=until_frac, bounded=bounds,
+                                       level=level, predict_at=predict, target=target))
+            except FitError as exc:
+                if y_scale != 1:  # the values it names are the file's times the scale, which is already given
+                    exc = FitError(f"{str(exc).replace(PERCENT_HINT, '')} (the rewards after --y-scale {y_scale:g})")
+                if not several:
+                    raise exc from None
+                failed.append((series, exc))  # one run of a sweep that cannot be fitted (a constant one)
+        unfit += [exc for _, exc in failed]
+        if not failed or not fits or cutoff == fit_from:
+            break
+        loaded = [(series, several) for series, several in loaded if all(series is not f for f, _ in failed)]
     if not fits:
         raise unfit[0]
     if unfit:
-        fits[0].warnings.append(f"left out {len(unfit)} run(s) that cannot be fitted: "
-                                + "; ".join(str(e) for e in unfit[:3]) + (" …" if len(unfit) > 3 else ""))
-    return fits
+        notes.append(f"left out {len(unfit)} run(s) that cannot be fitted: "
+                     + "; ".join(str(e) for e in unfit[:3]) + (" …" if len(unfit) > 3 else ""))
+    return fits, notes
 
 
 def _scaled(y_scale: float) -> dict[str, float]:
     """The JSON's record of ``--y-scale`` (its rewards, A and R0 are the file's times it); nothing at 1."""
     return {"y_scale": y_scale} if y_scale != 1 else {}
-
-
-def _check_distinct(sources: list[str]) -> None:
-    """A UserError when two sources are the same run: the same file or folder (links resolved), or the same run of
-    one file (:func:`scalerl.curves.readers.run_of`)."""
-    from scalerl.curves.readers import run_of
-
-    seen: dict[tuple[str, str | None], str] = {}
-    for source in sources:
-        path, run = run_of(source) or (source, None)
-        first = seen.setdefault((os.path.realpath(path), run), source)
-        if first is not source:
-            twice = (f"{source} is read twice (two of the paths given hold it)" if first == source else
-                     f"{first} and {source} are the same run")
-            raise UserError(f"{twice}; compare different runs")
 
 
 def _interval(f: "FitResult") -> str:
@@ -361,13 +356,13 @@ def fit(
     if plot is not None:
         check_figure_path(plot)
         check_writable_file(plot, "--plot")
-    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target, model, a_grid, cmid_grid,
-                      y_scale=y_scale)
-    _print_warnings([w for f in fits for w in f.warnings])
+    fits, notes = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, predict_at, target, model,
+                             a_grid, cmid_grid, y_scale=y_scale)
+    _print_warnings(notes + [w for f in fits for w in f.warnings])
     if plot is not None:
         plot_fits(fits, plot)
     if as_json:
-        _emit_json({"fits": [f.to_json() for f in fits], **_scaled(y_scale)})
+        _emit_json({"fits": [f.to_json() for f in fits], **({"warnings": notes} if notes else {}), **_scaled(y_scale)})
     else:
         _print_fits(fits)
         if plot is not None:
@@ -413,15 +408,17 @@ def compare(
             raise UserError(f"{twice}; compare different runs")
     check_fit_numbers(fit_from, level, bounds, margin=margin)
     # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
-    fits = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
-                      cmid_grid=cmid_grid, shared_cutoff=True, y_scale=y_scale, distinct=True)
-    if len(fits) < 2:  # one path may hold several runs (a W&B chart export of a sweep)
-        raise UserError("compare needs at least two runs; use 'scalerl fit' for one")
+    fits, notes = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,
+                             cmid_grid=cmid_grid, shared_cutoff=True, y_scale=y_scale, distinct=True)
+    if len(fits) < 2:  # one path may hold several runs (a W&B chart export of a sweep), some left out
+        raise UserError("compare needs at least two runs; use 'scalerl fit' for one" + "".join(f"; {n}" for n in notes))
     result = compare_fits(fits, margin=margin)
+    result.warnings[:0] = notes
     from scalerl.curves import DEFAULT_Y
+    from scalerl.curves.readers import run_location
     from scalerl.experiments.analysis import DIFFERENT_TASKS, validate_on_different_tasks
 
-    runs = [Path(f.source).parent for f in fits]  # each run's directory (a sweep's folder gives several)
+    runs = [Path(run_location(f.source)[0]) for f in fits]  # each run's directory (a sweep's folder gives several)
     mixed = [DIFFERENT_TASKS] if y == DEFAULT_Y and validate_on_different_tasks(runs) else []
     _print_warnings([w for f in fits for w in f.warnings] + result.warnings + mixed)
     if plot is not None:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from scalerl.atomic import atomic_path
 from scalerl.curves.fit import FitResult, format_compute
-from scalerl.curves.readers import run_of
+from scalerl.curves.readers import run_location
 from scalerl.curves.sigmoid import linearised
 from scalerl.errors import UserError
 
@@ -39,27 +39,10 @@ def check_figure_path(path: str | Path) -> str:
     return fmt
 
 
-def _run_location(source: str) -> tuple[str, str | None]:
-    """(the path that stands for the run, the run's name in it): a file's run for one run of several in it
-    (:func:`scalerl.curves.readers.run_of`); the run directory for a file every run names alike (a metrics.jsonl,
-    an HF/TRL trainer_state.json, also inside the run's ``checkpoint-<step>/``) and for a run's own folder of
-    TensorBoard events (scalerl's ``<run>/tb``, HF's ``<output_dir>/runs/<date>``); else the source itself."""
-    of_file = run_of(source)
-    if of_file is not None:
-        return of_file
-    p = Path(source)
-    if p.name in ("metrics.jsonl", "trainer_state.json"):
-        run = p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent
-        return (str(run), None) if run.name else (source, None)
-    if p.is_dir() and (p.name == "tb" or p.parent.name == "runs"):
-        return str(p.parent if p.name == "tb" else p.parent.parent), None
-    return source, None
-
-
 def short_name(source: str) -> str:
-    """A label for a run's source (:func:`_run_location`): the run's name in a file of several, the run's folder's
-    name, else the file's stem (a folder's name may hold dots: "Qwen2.5-0.5B-grpo")."""
-    path, run = _run_location(source)
+    """A label for a run's source (:func:`scalerl.curves.readers.run_location`): the run's name in a file of
+    several, the run's folder's name (which may hold dots: "Qwen2.5-0.5B-grpo"), else the file's stem."""
+    path, run = run_location(source)
     if run is not None:
         return run
     p = Path(path)
@@ -68,17 +51,49 @@ def short_name(source: str) -> str:
 
 def display_names(sources: Sequence[str]) -> list[str]:
     """:func:`short_name` of each source, made longer where two would read alike (the same run name in two W&B
-    exports, runs of one name in two sweeps): the run's path from the folder the alike ones share, with its run."""
+    exports, runs of one name in two sweeps, two TensorBoard folders of one output directory): the run's path from
+    the folder the alike ones share, with its run; the source's own path where even those are alike."""
     names = [short_name(s) for s in sources]
-    alike = [i for i, n in enumerate(names) if names.count(n) > 1]
-    if not alike:
-        return names
-    where = {i: _run_location(sources[i]) for i in alike}
-    root = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path, _ in where.values()])
-    for i, (path, run) in where.items():
-        rel = os.path.relpath(os.path.abspath(path), root)
-        names[i] = f"{rel} [{run}]" if run is not None else rel
+    for longer in (lambda s: run_location(s), lambda s: (os.path.abspath(s), None)):
+        alike = [i for i, n in enumerate(names) if names.count(n) > 1]
+        if not alike:
+            break
+        where = {i: longer(sources[i]) for i in alike}
+        root = os.path.commonpath([os.path.dirname(path) for path, _ in where.values()])
+        for i, (path, run) in where.items():
+            rel = os.path.relpath(path, root)
+            names[i] = f"{rel} [{run}]" if run is not None else rel
     return names
+
+
+def _literal(label: str) -> str:
+    """``label`` drawn as written: matplotlib reads ``$...$`` as math (a W&B run named "cost $x^" stopped the figure
+    with a parse error, "budget $10$" was drawn in italics)."""
+    return label.replace("$", r"\$")
+
+
+def _colors(n: int) -> list[Any]:
+    """A colour per curve: matplotlib's ten cycle colours, or, for more curves, as many taken along a colour map (the
+    cycle repeated every ten: a sweep of 60 runs had six curves per colour)."""
+    if n <= 10:
+        return [f"C{i}" for i in range(n)]
+    from matplotlib import colormaps
+
+    return [colormaps["turbo"](v) for v in np.linspace(0.05, 0.95, n)]
+
+
+def _legend(ax: Any, n: int, fontsize: float) -> None:
+    """The legend: inside the axes for a few curves, beside them in small type for a sweep, none past
+    :data:`MAX_LEGEND` curves (the table names them)."""
+    if n <= 10:
+        ax.legend(fontsize=fontsize, loc="upper left")
+    elif n <= MAX_LEGEND:
+        ax.legend(fontsize=5, loc="upper left", bbox_to_anchor=(1.01, 1.0), ncol=1 + (n - 1) // 25)
+    else:
+        ax.set_title(f"{ax.get_title()}\n{n} runs: too many for a legend, the table names them", fontsize=8)
+
+
+MAX_LEGEND = 50
 
 
 def _save(fig, path: str | Path) -> None:  # noqa: ANN001 - matplotlib Figure
@@ -104,8 +119,8 @@ def plot_fits(
     check_figure_path(path)
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
-    colors = [f"C{i % 10}" for i in range(len(fits))]
-    names = list(labels) if labels is not None else display_names([f.source for f in fits])
+    colors = _colors(len(fits))
+    names = [_literal(n) for n in (labels if labels is not None else display_names([f.source for f in fits]))]
     for k, (f, color) in enumerate(zip(fits, colors)):
         name = names[k]
         pos = f.x > 0
@@ -134,8 +149,8 @@ def plot_fits(
         for c, r in f.predictions:
             ax.plot([c], [r], marker="*", ms=10, color=color, zorder=4)
     ax.set_xscale("log")
-    ax.set_xlabel(fits[0].x_name if fits else "compute")
-    ax.set_ylabel(fits[0].y_name if fits else "reward")
+    ax.set_xlabel(_literal(fits[0].x_name) if fits else "compute")
+    ax.set_ylabel(_literal(fits[0].y_name) if fits else "reward")
     ax.grid(True, which="both", alpha=0.25)
     if fits:  # frame the data and the identified asymptotes (an unidentified A, often the bound 1, is not drawn and
         # must not squash the curves); an open band simply runs off the top
@@ -143,8 +158,8 @@ def plot_fits(
         pad = 0.08 * (float(np.ptp(shown)) or 1.0)
         ax.set_ylim(float(shown.min()) - pad, float(shown.max()) + 2 * pad)
     if title:
-        ax.set_title(title)
-    ax.legend(fontsize=7.5, loc="upper left")
+        ax.set_title(_literal(title))
+    _legend(ax, len(fits), 7.5)
     _save(fig, path)
 
 
@@ -156,9 +171,10 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
     check_figure_path(path)
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
-    names = display_names([f.source for f in fits])
+    names = [_literal(n) for n in display_names([f.source for f in fits])]
+    colors = _colors(len(fits))
     for i, f in enumerate(fits):
-        color = f"C{i % 10}"
+        color = colors[i]
         m = f.in_window & (f.x > 0)
         F = linearised(f.y[m], f.R0, f.A, f.B, f.Cmid)
         ok = np.isfinite(F) & (F > 0)
@@ -167,9 +183,9 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
         ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{names[i]}: B={f.B:.2f} (A{_A_text(f)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"{fits[0].x_name if fits else 'compute'} (log)")
+    ax.set_xlabel(f"{_literal(fits[0].x_name) if fits else 'compute'} (log)")
     ax.set_ylabel("F(R) = Cmid^B / ((A−R0)/(R−R0) − 1)")
     ax.grid(True, which="both", alpha=0.25)
-    ax.set_title(title or "Linearised Eq. 1 at a common A: slope = B")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title(_literal(title) if title else "Linearised Eq. 1 at a common A: slope = B")
+    _legend(ax, len(fits), 8)
     _save(fig, path)

@@ -49,16 +49,25 @@ TB_PSEUDO_COLUMNS = ("step", "wall_time")
 
 
 def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Series:
-    """The (x, y) points of ``path`` in file order, with row numbers and notes about dropped rows."""
+    """The (x, y) points of ``path`` in file order, with row numbers and notes about dropped rows. A path that holds
+    several runs is an error naming them (:func:`load_runs` reads each)."""
     p = _existing(path)
     if p.is_dir():
-        for name in ("metrics.jsonl", "trainer_state.json"):
+        for name in RUN_FILES:
             if (p / name).is_file():
                 return load_series(p / name, x, y)
         state = _latest_checkpoint_state(p)
-        if state is not None and not _event_dirs(p):
+        events = _event_dirs(p)
+        if state is not None and (len(events) != 1 or events[0] == p):
+            # an HF/TRL output directory whose TensorBoard events, if any, are not one run's folder (a relaunch
+            # writes a second runs/<date>/): its latest checkpoint's log is the run's whole history up to it
             series = load_series(state, x, y)
             return replace(series, notes=(*series.notes, f"{p}: read {state}, the latest checkpoint's trainer state"))
+        if not events:
+            several = _runs_in(p)
+            if len(several) > 1:
+                raise UserError(f"{p} holds {len(several)} runs ({', '.join(r.name for r in several[:4])}"
+                                f"{', …' if len(several) > 4 else ''}); give one, or read each with load_runs")
         return _from_tensorboard(_event_dir(p), x, y)
     if "tfevents" in p.name:
         return _from_tensorboard(p, x, y)
@@ -66,7 +75,13 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
 
 
 def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[Series]:
-    """Every run's points in ``path``: :func:`load_series`'s one series, except for
+    """:func:`read_runs`' series, its notes (runs left out) on the first one."""
+    runs, notes = read_runs(path, x, y)
+    return [replace(runs[0], notes=(*runs[0].notes, *notes)), *runs[1:]] if notes else runs
+
+
+def read_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> tuple[list[Series], list[str]]:
+    """(every run's points in ``path``, notes naming the runs left out): :func:`load_series`'s one series, except for
 
     * a file that holds several runs' ``"<run> - <y>"`` columns and no column ``y`` itself (a W&B chart export of a
       sweep): one series per run in column order, named :func:`run_source`, each read against its own
@@ -74,23 +89,20 @@ def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[
     * a directory that is no run itself but holds runs (:func:`_runs_in`: a ``scalerl sweep`` output, a folder of
       HF/TRL output directories, a TensorBoard logdir): one series per run, in path order.
 
-    A run of several that cannot be read (a queued run's empty log, a column it never logged) is left out with a
-    note on the first series read; when none can be read, the first one's error is raised."""
+    A run of several that cannot be read (a failed or queued run's missing log, a column it never logged) is left
+    out and named in a note; when none can be read, the first one's error is raised."""
     p = _existing(path)
     if p.is_dir():
-        return _each(p, [(str(run), lambda run=run: load_series(run, x, y)) for run in _runs_in(p)])
+        return _each([(str(run), lambda run=run: load_series(run, x, y)) for run in _runs_in(p)], p)
     if "tfevents" in p.name:
-        return [load_series(p, x, y)]
+        return [load_series(p, x, y)], []
     records = _file_records(p)
     columns = records[0]
     runs = [c.removesuffix(f" - {y}") for c in columns if c.endswith(f" - {y}")]
     if y in columns or len(runs) < 2:
-        series = _from_records(p, records, x, y)
-        if y in columns and runs:
-            note = (f"{p}: read its column {y!r}; it also has {len(runs)} runs' '<run> - {y}' columns (--y "
-                    f"{f'{runs[0]} - {y}'!r} reads one)")
-            series = replace(series, notes=(*series.notes, note))
-        return [series]
+        notes = [f"{p}: read its column {y!r}; it also has {len(runs)} runs' '<run> - {y}' columns (--y "
+                 f"{f'{runs[0]} - {y}'!r} reads one)"] if y in columns and runs else []
+        return [_from_records(p, records, x, y)], notes
 
     def one(run: str) -> Series:
         name = run_source(p, run)
@@ -98,55 +110,49 @@ def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[
         if xc not in columns:
             raise UserError(f"{name}: no column {f'{run} - {x}'!r}, and the file has no column {x!r} of its own")
         return _from_records(p, records, x, y, name, (xc, f"{run} - {y}"))
-    return _each(p, [(run_source(p, run), lambda run=run: one(run)) for run in runs])
+    return _each([(run_source(p, run), lambda run=run: one(run)) for run in runs], p)
 
 
-def _each(p: Path, runs: list[tuple[str, Callable[[], Series]]]) -> list[Series]:
-    """The series of ``runs`` ((name, reader) pairs) that can be read; the others are named in a note on the
-    first one (see :func:`load_runs`)."""
+def _each(runs: list[tuple[str, Callable[[], Series]]], p: Path) -> tuple[list[Series], list[str]]:
+    """The series of ``runs`` ((name, reader) pairs) that can be read, and a note naming the others (see
+    :func:`read_runs`)."""
     read, skipped = [], []
-    for name, reader in runs:
+    for _, reader in runs:
         try:
             read.append(reader())
         except UserError as exc:
             skipped.append(exc)
     if not read:
         raise skipped[0]
-    if skipped:
-        notes = [f"{p}: left out {len(skipped)} of its {len(runs)} runs that cannot be read: "
-                 + "; ".join(str(e) for e in skipped[:3]) + (" …" if len(skipped) > 3 else "")]
-        read[0] = replace(read[0], notes=(*read[0].notes, *notes))
-    return read
+    notes = [f"{p}: left out {len(skipped)} of its {len(runs)} runs that cannot be read: "
+             + "; ".join(str(e) for e in skipped[:3]) + (" …" if len(skipped) > 3 else "")] if skipped else []
+    return read, notes
 
 
 RUN_FILES = ("metrics.jsonl", "trainer_state.json")  # the files that make a directory a run
 
 
 def _is_run(d: Path) -> bool:
-    """Whether ``d`` is one run's directory: a scalerl run, an HF/TRL output directory (finished or mid-training)."""
-    return any((d / name).is_file() for name in RUN_FILES) or _latest_checkpoint_state(d) is not None
+    """Whether ``d`` is one run's directory: a scalerl run (its log, or a sweep run that failed before writing one:
+    its ``sweep_error.log``), an HF/TRL output directory (finished, or mid-training: its checkpoints)."""
+    return (any((d / name).is_file() for name in RUN_FILES) or (d / "sweep_error.log").is_file()
+            or _latest_checkpoint_state(d) is not None)
 
 
 def _runs_in(p: Path) -> list[Path]:
-    """The runs a directory ``p`` holds: ``[p]`` when it is a run itself (:func:`_is_run`); else every run directory
-    below it (not looking inside a run: its ``tb/`` or ``runs/`` are its own), and every folder of TensorBoard
-    events that is not inside one of those (a ``tensorboard --logdir`` layout, OpenRLHF's ``--use_tensorboard``
-    folder), at any depth, in path order. ``[p]`` when that finds no more than one folder of events and no run
-    directory, for :func:`load_series` to read or to name the problem; the one run when there is one."""
-    if _is_run(p):
-        return [p]
+    """The runs a directory ``p`` holds: ``[p]`` when it is a run itself (:func:`_is_run`) or holds TensorBoard
+    events itself; else every run directory and every folder of TensorBoard events below it, at any depth, not
+    looking inside either (a run's ``tb/`` or ``runs/<date>/`` are its own; the subfolders ``add_scalars`` writes
+    beside a run's events are that run's), in path order. ``[p]`` when that finds nothing, for :func:`load_series`
+    to name the problem."""
     runs: list[Path] = []
-    events: list[Path] = []
     for d, subdirs, files in _tree(p):
-        if d != p and _is_run(d):
+        if _is_run(d) or any("tfevents" in f for f in files):
+            if d == p:
+                return [p]
             runs.append(d)
-            subdirs[:] = []  # a run's own folders (tb/, runs/<date>/, checkpoints) belong to it
-        elif any("tfevents" in f for f in files):
-            events.append(d)
-    found = sorted(runs + events)
-    if not runs and len(events) <= 1:
-        return [p]
-    return found
+            subdirs[:] = []
+    return sorted(runs) or [p]
 
 
 def _tree(p: Path) -> Iterable[tuple[Path, list[str], list[str]]]:
@@ -163,18 +169,55 @@ def _tree(p: Path) -> Iterable[tuple[Path, list[str], list[str]]]:
 
 
 def run_source(path: str | Path, run: str) -> str:
-    """The name of run ``run`` of a file that holds several (:func:`load_runs`): ``"<path> [<run>]"``."""
+    """The name of run ``run`` of a file that holds several (:func:`read_runs`): ``"<path> [<run>]"``."""
     return f"{path} [{run}]"
 
 
-# "<a file with a known extension> [<run>]": the run may hold brackets and " - " (W&B display names do)
-_RUN_SOURCE = re.compile(r"(?P<path>.+?\.(?:csv|tsv|txt|log|json|jsonl|ndjson)) \[(?P<run>.+)\]", re.IGNORECASE)
-
-
 def run_of(source: str) -> tuple[str, str] | None:
-    """(the file, the run) of a :func:`run_source` name; None for any other source."""
-    m = _RUN_SOURCE.fullmatch(source)
-    return (m["path"], m["run"]) if m and not Path(source).exists() else None
+    """(the file, the run) of a :func:`run_source` name; None for any other source. The file is the longest prefix
+    before a ``" ["`` that is a file (a run's name may hold brackets and " - ", as W&B display names do)."""
+    if not source.endswith("]") or Path(source).exists():
+        return None
+    cut = source.find(" [")
+    while cut != -1:
+        if Path(source[:cut]).is_file():
+            return source[:cut], source[cut + 2:-1]
+        cut = source.find(" [", cut + 1)
+    return None
+
+
+def run_location(source: str) -> tuple[str, str | None]:
+    """(the absolute path that stands for the run a series was read from, its run's name in a file of several):
+    the run directory for a file every run names alike (a metrics.jsonl, a trainer_state.json, also inside the
+    run's ``checkpoint-<step>/``) and for a run's own TensorBoard events (a file's folder; scalerl's ``<run>/tb``,
+    HF's ``<output_dir>/runs/<date>``); else the source itself. Two series of one run (its log and its events, a
+    folder and a file in it) have one location."""
+    of_file = run_of(source)
+    if of_file is not None:
+        return os.path.abspath(of_file[0]), of_file[1]
+    p = Path(os.path.abspath(source))
+    if p.name in RUN_FILES:
+        return str(p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent), None
+    if "tfevents" in p.name and p.is_file():
+        p = p.parent
+    if p.name == "tb" or (p.parent.name == "runs" and _is_run(p.parent.parent)):
+        return str(p.parent if p.name == "tb" else p.parent.parent), None
+    return str(p), None
+
+
+def check_distinct(sources: Iterable[str]) -> None:
+    """A UserError when two of ``sources`` are one run (:func:`run_location`; links resolved): a folder and a run in
+    it, a run's log and its events, a link to a run, the same file twice."""
+    seen: dict[tuple[str, str | None], str] = {}
+    for source in sources:
+        path, run = run_location(source)
+        key = (os.path.realpath(path), run)
+        if key in seen:
+            first = seen[key]
+            twice = (f"{source} is read twice (two of the paths given hold it)" if first == source else
+                     f"{first} and {source} are the same run")
+            raise UserError(f"{twice}; compare different runs")
+        seen[key] = source
 
 
 def _existing(path: str | Path) -> Path:
@@ -356,15 +399,20 @@ def _csv_records(p: Path) -> Records:
 def _unique_columns(header: list[str]) -> tuple[list[str], list[str]]:
     """``header`` with each repeat of a name made unique, and the new names. A W&B chart export names a run's column
     ``"<run> - <metric>"`` by the run's display name, which two runs may share: the second becomes
-    ``"<run> (2) - <metric>"``, a run of its own, where reading by name kept only the last column."""
-    seen: dict[str, int] = {}
-    out, renamed = [], []
+    ``"<run> (2) - <metric>"`` (or the next number no column has), a run of its own, where reading by name kept
+    only the last column."""
+    taken, out, renamed = set(header), [], []
+    seen: set[str] = set()
     for name in header:
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
+        if name in seen:
             run, sep, metric = name.partition(" - ")
-            name = f"{run} ({seen[name]}) - {metric}" if sep else f"{name} ({seen[name]})"
-            renamed.append(name)
+            k = 2
+            while (new := f"{run} ({k}) - {metric}" if sep else f"{name} ({k})") in taken:
+                k += 1
+            taken.add(new)
+            renamed.append(new)
+            name = new
+        seen.add(name)
         out.append(name)
     return out, renamed
 
