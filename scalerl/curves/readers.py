@@ -67,7 +67,7 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
             several = _runs_in(p)
             if len(several) > 1:
                 raise UserError(f"{p} holds {len(several)} runs ({', '.join(r.name for r in several[:4])}"
-                                f"{', …' if len(several) > 4 else ''}); give one, or read each with load_runs")
+                                f"{', …' if len(several) > 4 else ''}); give one, or read each with load_runs (api.load_all)")
         return _from_tensorboard(_event_dir(p), x, y)
     if "tfevents" in p.name:
         return _from_tensorboard(p, x, y)
@@ -93,7 +93,7 @@ def read_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> tuple
     out and named in a note; when none can be read, the first one's error is raised."""
     p = _existing(path)
     if p.is_dir():
-        return _each([(str(run), lambda run=run: load_series(run, x, y)) for run in _runs_in(p)], p)
+        return _each([lambda run=run: load_series(run, x, y) for run in _runs_in(p)], p)
     if "tfevents" in p.name:
         return [load_series(p, x, y)], []
     records = _file_records(p)
@@ -110,14 +110,14 @@ def read_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> tuple
         if xc not in columns:
             raise UserError(f"{name}: no column {f'{run} - {x}'!r}, and the file has no column {x!r} of its own")
         return _from_records(p, records, x, y, name, (xc, f"{run} - {y}"))
-    return _each([(run_source(p, run), lambda run=run: one(run)) for run in runs], p)
+    return _each([lambda run=run: one(run) for run in runs], p)
 
 
-def _each(runs: list[tuple[str, Callable[[], Series]]], p: Path) -> tuple[list[Series], list[str]]:
-    """The series of ``runs`` ((name, reader) pairs) that can be read, and a note naming the others (see
+def _each(runs: list[Callable[[], Series]], p: Path) -> tuple[list[Series], list[str]]:
+    """The series of ``runs`` (a reader each) that can be read, and a note naming the others (see
     :func:`read_runs`)."""
     read, skipped = [], []
-    for _, reader in runs:
+    for reader in runs:
         try:
             read.append(reader())
         except UserError as exc:
