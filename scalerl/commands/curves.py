@@ -160,10 +160,9 @@ def _fit_paths(
     distinct: bool = False,
 ) -> tuple[list["FitResult"], list[str]]:
     """Load and fit every path: (the fits, notes naming the runs of several that were left out); any user mistake
-    is raised before anything is written. ``shared_cutoff`` (with
-    ``fit_from`` None): one absolute early-point cutoff for every run (``scalerl.experiments.cutoff``);
-    ``y_scale``: each reward times this (``--y-scale``); ``distinct``: refuse a run read twice (a folder and one of
-    its runs, a link to a run)."""
+    is raised before anything is written. ``shared_cutoff`` (with ``fit_from`` None): one absolute early-point
+    cutoff for every run (``scalerl.experiments.cutoff``); ``y_scale``: each reward times this (``--y-scale``);
+    ``distinct``: refuse a run read twice (a folder and one of its runs, a link to a run)."""
     from dataclasses import replace
 
     from scalerl.curves import FIT_METHODS, FitError, fit_series
