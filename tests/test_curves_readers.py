@@ -273,3 +273,20 @@ def test_an_hf_output_dir_mid_training_is_read_from_its_latest_checkpoint(tmp_pa
     empty.mkdir()
     with pytest.raises(UserError, match=r"checkpoint-\*/trainer_state.json"):
         load_series(empty)
+
+
+def test_nested_json_records_are_read_by_their_paths(tmp_path):
+    """A logger that writes nested objects ({"eval": {"gsm8k": {"acc": ...}}}, JSON lines or an array of records)
+    is read column by path, "eval/gsm8k/acc"; the columns were "step, train, eval" and no metric could be named."""
+    rows = [{"step": s, "train": {"loss": 1.0 / (s + 1)}, "eval": {"gsm8k": {"acc": 0.3 + 0.001 * s}}}
+            for s in range(0, 100, 10)]
+    lines = tmp_path / "log.jsonl"
+    lines.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    array = tmp_path / "history.json"
+    array.write_text(json.dumps(rows))
+    for path in (lines, array):
+        s = load_series(path, x="step", y="eval/gsm8k/acc")
+        assert s.x.tolist() == list(range(0, 100, 10)) and s.y.tolist() == pytest.approx([0.3 + 0.001 * x for x in s.x])
+        assert load_series(path, x="step", y="train/loss").y[0] == 1.0
+    with pytest.raises(UserError, match="eval/gsm8k/acc"):  # the error lists the leaves, not "eval"
+        load_series(lines, x="step", y="eval/acc")

@@ -19,6 +19,7 @@ and the files other trainers write:
   metrics, ``val-core/...``, are printed with that step's training metrics or alone at step 0). Every other line of
   the log is ignored;
 * a JSON array of flat records (a W&B ``run.history()`` saved with ``to_json(orient="records")``), one row each;
+  in any JSON record a nested object is read as its leaves, named by their path (``eval/gsm8k/acc``);
 * OpenRLHF writes its metrics only to W&B and TensorBoard (``openrlhf/trainer/ppo_utils/loggers.py``): its event
   files (tags ``train/<k>``, ``eval/<k>``) are read like any TensorBoard events.
 
@@ -278,8 +279,21 @@ Records = tuple[list[str], list[tuple[int, dict[str, Any]]], list[str]]  # colum
 
 
 def _records(rows: list[tuple[int, dict[str, Any]]], notes: list[str] | None = None) -> Records:
-    """``rows`` with their columns: every key of every record, in the order first seen."""
+    """``rows`` with their columns: every key of every record, in the order first seen. A nested object is read as
+    its leaves, named by their path (``{"eval": {"gsm8k": {"acc": 0.5}}}`` gives the column ``eval/gsm8k/acc``, the
+    name a logger that flattens would have written)."""
+    rows = [(row, _flat(rec)) for row, rec in rows]
     return list(dict.fromkeys(k for _, rec in rows for k in rec)), rows, notes or []
+
+
+def _flat(rec: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``rec`` with its nested objects' leaves lifted to ``"<key>/<key>"`` names (a record without any: itself)."""
+    if not any(isinstance(v, dict) for v in rec.values()):
+        return {f"{prefix}{k}": v for k, v in rec.items()} if prefix else rec
+    out: dict[str, Any] = {}
+    for k, v in rec.items():
+        out.update(_flat(v, f"{prefix}{k}/") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
 
 
 def _loads(text: str, where: str) -> Any:
