@@ -15,7 +15,6 @@ numpy + scipy (+ matplotlib when plotting); never torch.
 
 from __future__ import annotations
 
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Sequence
@@ -99,16 +98,16 @@ def compare(sources: Sequence[Source], margin: float = 0.02, *, x: Any = None, y
 
     As ``scalerl compare`` does, the runs read here share one early-point cutoff unless ``fit_from`` is given
     (``scalerl.experiments.cutoff``: the early regime is cut at one compute for all, not each run's own), and the
-    same run read twice is refused. Each of ``Comparison.warnings`` (e.g. a run ranked by an A its data has not
+    same path given twice (or a folder and a run in it) is refused. Each of ``Comparison.warnings`` (e.g. a run ranked by an A its data has not
     identified) is also raised as a Python ``UserWarning``, so a notebook shows it as plainly as the CLI prints it."""
-    from scalerl.curves.readers import check_distinct, run_location
+    from scalerl.curves.readers import check_distinct
     from scalerl.experiments.cutoff import shared_fit_from
 
+    paths = [str(s) for s in sources if not isinstance(s, (Series, FitResult))]
+    check_distinct(paths)  # the paths given, read with one x and y (series and fits may be of one file's columns)
     read = [s if isinstance(s, (Series, FitResult)) else load(s, DEFAULT_X if x is None else x,
                                                                DEFAULT_Y if y is None else y) for s in sources]
     series = [s for s in read if isinstance(s, Series)]
-    # runs read from files, not fits (two methods' fits of one run may be ranked) or series built from arrays
-    check_distinct([s.source for s in series if os.path.exists(run_location(s.source)[0])])
     if series and "fit_from" not in options:
         options["fit_from"] = shared_fit_from([s.x for s in series], options.get("fit_until"),
                                               options.get("fit_until_fraction"))

@@ -417,8 +417,68 @@ def test_the_api_compares_as_the_cli_does(tmp_path):
         warnings.simplefilter("ignore")
         ranked = api.compare(runs).ranked
         with pytest.raises(UserError, match="compare different runs"):
-            api.compare([runs[0], runs[0]])
+            api.compare([sweep / "long", sweep / "long"])
     code_fits = {r.fit.source: r.fit.fit_window for r in ranked}
     assert len({w[0] for w in code_fits.values()}) == 1  # one shared early cutoff, as scalerl compare cuts
     with pytest.raises(UserError, match="holds 2 runs .*load_runs"):
         api.load(sweep)
+
+
+# ---------------------------------------------------------------------------------------------- third review: what
+# the several-runs work must not change in reading one run
+
+
+def test_the_trainers_own_figure_keeps_its_label_and_dotted_run_folders_theirs():
+    # the run's curve.png and the TRL callback's name their source "metrics.jsonl" / "trainer_state.json": the
+    # label stays "metrics" (it became the name of the folder the trainer was started from)
+    assert short_name("metrics.jsonl") == "metrics" and short_name("trainer_state.json") == "trainer_state"
+    assert short_name("my.run/metrics.jsonl") == "my.run"  # a run's folder, even where it does not exist here
+
+
+def test_an_output_dir_logging_its_events_beside_its_checkpoints_reads_the_events(tmp_path):
+    out = tmp_path / "hfflat"  # logging_dir=output_dir: events in the output dir itself, checkpoints beside them
+    _tb_run(out, 0)
+    _trainer_state(out / "checkpoint-10" / "trainer_state.json", 0, 10, key="eval_accuracy")
+    (series,) = load_runs(out, x="step", y="eval/acc")
+    assert series.x.size == COMPUTE.size  # all the events, not the checkpoint's 10 entries
+
+
+def test_event_files_given_one_by_one_are_runs_and_one_folder_with_its_file_is_one(tmp_path, capsys):
+    from torch.utils.tensorboard import SummaryWriter
+
+    flat = tmp_path / "flat"
+    for k in range(2):
+        writer = SummaryWriter(log_dir=str(flat), filename_suffix=f".run{k}")
+        for i, v in enumerate(_values(k)):
+            writer.add_scalar("eval/acc", float(v), i + 1)
+        writer.close()
+    files = sorted(flat.iterdir())
+    code, out, err = run(["compare", *files, "--x", "step", "--y", "eval/acc"], capsys)
+    assert code == 0, err
+    code, out, err = run(["compare", flat, files[0], "--x", "step", "--y", "eval/acc"], capsys)
+    assert code == 2 and "compare different runs" in err
+
+
+def test_the_api_compares_series_of_one_files_columns(tmp_path):
+    import warnings
+
+    from scalerl import api
+
+    w = _wandb(tmp_path / "chart.csv", ["a", "b"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ranked = api.compare([api.load(w, x="Step", y="a - val/acc"), api.load(w, x="Step", y="b - val/acc")]).ranked
+    assert len(ranked) == 2
+
+
+def test_repeated_plain_columns_read_as_before_and_a_one_run_file_that_cannot_be_fitted_is_an_error(tmp_path, capsys):
+    dup = tmp_path / "dup.csv"  # not a W&B run column: the last of the repeats is read, as csv.DictReader read it
+    dup.write_text("Step,val/pass_rate,val/pass_rate,,\n" + "".join(
+        f"{int(c)},{_values(0)[i]:.5f},{_values(1)[i]:.5f},,\n" for i, c in enumerate(COMPUTE)))
+    (series,) = load_runs(dup, x="Step")
+    assert series.y.tolist() == pytest.approx(np.round(_values(1), 5).tolist()) and not series.notes
+    both = tmp_path / "both.csv"  # its own y column (constant: nothing to fit) and one run's "<run> - y"
+    both.write_text('"Step","val/pass_rate","a - val/pass_rate"\n' + "".join(
+        f"{int(c)},0.5,{_values(0)[i]:.5f}\n" for i, c in enumerate(COMPUTE)))
+    code, out, err = run(["fit", both, "--x", "Step"], capsys)
+    assert code == 2 and "constant" in err  # the one run it reads: an error, not a warning and exit 0

@@ -184,7 +184,7 @@ def _fit_paths(
     loaded, notes = [], []  # (series, whether its path held several runs: a sweep's export or folder), left out
     for path in paths:
         runs, left_out = read_runs(path, x, y)
-        loaded += [(series, len(runs) + len(left_out) > 1) for series in runs]
+        loaded += [(series, len(runs) > 1 or bool(left_out)) for series in runs]
         notes += left_out
     if distinct:
         check_distinct([series.source for series, _ in loaded])

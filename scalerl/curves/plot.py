@@ -9,10 +9,11 @@ on a bare ``matplotlib.figure.Figure`` (Agg canvas, no pyplot state) and written
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -46,7 +47,8 @@ def short_name(source: str) -> str:
     if run is not None:
         return run
     p = Path(path)
-    return (p.stem if p.suffix and not p.is_dir() else p.name) or source
+    folder = path != source or p.is_dir()  # a run's folder, whose name may hold dots
+    return (p.name if folder or not p.suffix else p.stem) or source
 
 
 def display_names(sources: Sequence[str]) -> list[str]:
@@ -66,10 +68,17 @@ def display_names(sources: Sequence[str]) -> list[str]:
     return names
 
 
-def _literal(label: str) -> str:
-    """``label`` drawn as written: matplotlib reads ``$...$`` as math (a W&B run named "cost $x^" stopped the figure
-    with a parse error, "budget $10$" was drawn in italics)."""
-    return label.replace("$", r"\$")
+def _as_written(draw: Callable[..., None]) -> Callable[..., None]:
+    """``draw`` with matplotlib's math parsing off: a run's name is drawn as written (a W&B run named "cost $x^"
+    stopped the figure with a parse error, "budget $10$" was drawn in italics), as the sweep report draws its own."""
+
+    @functools.wraps(draw)
+    def literal(*args: Any, **kwargs: Any) -> None:
+        import matplotlib
+
+        with matplotlib.rc_context({"text.parse_math": False}):
+            draw(*args, **kwargs)
+    return literal
 
 
 def _colors(n: int) -> list[Any]:
@@ -102,6 +111,7 @@ def _save(fig, path: str | Path) -> None:  # noqa: ANN001 - matplotlib Figure
         fig.savefig(tmp, format=fmt, dpi=130, bbox_inches="tight")
 
 
+@_as_written
 def plot_fits(
     fits: Sequence[FitResult],
     path: str | Path,
@@ -120,7 +130,7 @@ def plot_fits(
     fig = Figure(figsize=(7.5, 4.8))
     ax = fig.add_subplot()
     colors = _colors(len(fits))
-    names = [_literal(n) for n in (labels if labels is not None else display_names([f.source for f in fits]))]
+    names = list(labels) if labels is not None else display_names([f.source for f in fits])
     for k, (f, color) in enumerate(zip(fits, colors)):
         name = names[k]
         pos = f.x > 0
@@ -149,8 +159,8 @@ def plot_fits(
         for c, r in f.predictions:
             ax.plot([c], [r], marker="*", ms=10, color=color, zorder=4)
     ax.set_xscale("log")
-    ax.set_xlabel(_literal(fits[0].x_name) if fits else "compute")
-    ax.set_ylabel(_literal(fits[0].y_name) if fits else "reward")
+    ax.set_xlabel(fits[0].x_name if fits else "compute")
+    ax.set_ylabel(fits[0].y_name if fits else "reward")
     ax.grid(True, which="both", alpha=0.25)
     if fits:  # frame the data and the identified asymptotes (an unidentified A, often the bound 1, is not drawn and
         # must not squash the curves); an open band simply runs off the top
@@ -158,11 +168,12 @@ def plot_fits(
         pad = 0.08 * (float(np.ptp(shown)) or 1.0)
         ax.set_ylim(float(shown.min()) - pad, float(shown.max()) + 2 * pad)
     if title:
-        ax.set_title(_literal(title))
+        ax.set_title(title)
     _legend(ax, len(fits), 7.5)
     _save(fig, path)
 
 
+@_as_written
 def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str | None = None) -> None:
     """Fig. 7: ``log F(R)`` against ``log C`` for each fit (pass fits refitted at a common A, as the paper
     does for its leave-one-out runs); each fitted curve is the line ``F = C^B``, so steeper is more efficient."""
@@ -171,7 +182,7 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
     check_figure_path(path)
     fig = Figure(figsize=(6.5, 4.8))
     ax = fig.add_subplot()
-    names = [_literal(n) for n in display_names([f.source for f in fits])]
+    names = display_names([f.source for f in fits])
     colors = _colors(len(fits))
     for i, f in enumerate(fits):
         color = colors[i]
@@ -183,9 +194,9 @@ def plot_linearised(fits: Sequence[FitResult], path: str | Path, *, title: str |
         ax.plot(c, c**f.B, color=color, lw=1.6, label=f"{names[i]}: B={f.B:.2f} (A{_A_text(f)})")
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel(f"{_literal(fits[0].x_name) if fits else 'compute'} (log)")
+    ax.set_xlabel(f"{fits[0].x_name if fits else 'compute'} (log)")
     ax.set_ylabel("F(R) = Cmid^B / ((A−R0)/(R−R0) − 1)")
     ax.grid(True, which="both", alpha=0.25)
-    ax.set_title(_literal(title) if title else "Linearised Eq. 1 at a common A: slope = B")
+    ax.set_title(title or "Linearised Eq. 1 at a common A: slope = B")
     _legend(ax, len(fits), 8)
     _save(fig, path)

@@ -54,12 +54,15 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
     several runs is an error naming them (:func:`load_runs` reads each)."""
     p = _existing(path)
     if p.is_dir():
+        if not p.name or p.name == "..":  # "." or "..": named by the folder it stands for (short_name, run_location)
+            p = p.resolve()
         for name in RUN_FILES:
             if (p / name).is_file():
                 return load_series(p / name, x, y)
         state = _latest_checkpoint_state(p)
         events = _event_dirs(p)
-        if state is not None and (len(events) != 1 or events[0] == p):
+        shallowest = [d for d in events if len(d.parts) == len(events[0].parts)] if events else []
+        if state is not None and len(shallowest) != 1:
             # an HF/TRL output directory whose TensorBoard events, if any, are not one run's folder (a relaunch
             # writes a second runs/<date>/): its latest checkpoint's log is the run's whole history up to it
             series = load_series(state, x, y)
@@ -82,7 +85,8 @@ def load_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> list[
 
 
 def read_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> tuple[list[Series], list[str]]:
-    """(every run's points in ``path``, notes naming the runs left out): :func:`load_series`'s one series, except for
+    """(every run's points in ``path``, notes naming the runs left out, empty when none was): :func:`load_series`'s
+    one series, except for
 
     * a file that holds several runs' ``"<run> - <y>"`` columns and no column ``y`` itself (a W&B chart export of a
       sweep): one series per run in column order, named :func:`run_source`, each read against its own
@@ -101,9 +105,12 @@ def read_runs(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> tuple
     columns = records[0]
     runs = [c.removesuffix(f" - {y}") for c in columns if c.endswith(f" - {y}")]
     if y in columns or len(runs) < 2:
-        notes = [f"{p}: read its column {y!r}; it also has {len(runs)} runs' '<run> - {y}' columns (--y "
-                 f"{f'{runs[0]} - {y}'!r} reads one)"] if y in columns and runs else []
-        return [_from_records(p, records, x, y)], notes
+        series = _from_records(p, records, x, y)
+        if y in columns and runs:
+            note = (f"{p}: read its column {y!r}; it also has {len(runs)} runs' '<run> - {y}' columns (--y "
+                    f"{f'{runs[0]} - {y}'!r} reads one)")
+            series = replace(series, notes=(*series.notes, note))
+        return [series], []
 
     def one(run: str) -> Series:
         name = run_source(p, run)
@@ -188,16 +195,18 @@ def run_of(source: str) -> tuple[str, str] | None:
 
 
 def run_location(source: str) -> tuple[str, str | None]:
-    """(the absolute path that stands for the run a series was read from, its run's name in a file of several):
-    the run directory for a file every run names alike (a metrics.jsonl, a trainer_state.json, also inside the
-    run's ``checkpoint-<step>/``) and for a run's own TensorBoard events (a file's folder; scalerl's ``<run>/tb``,
-    HF's ``<output_dir>/runs/<date>``); else the source itself. Two series of one run (its log and its events, a
-    folder and a file in it) have one location."""
+    """(the path that stands for the run a series was read from, its run's name in a file of several): the run
+    directory for a file every run names alike (a metrics.jsonl, a trainer_state.json, also inside the run's
+    ``checkpoint-<step>/``; a bare ``metrics.jsonl``, as the trainer's own figure names its source, stays itself)
+    and for a run's own TensorBoard events (a file's folder; scalerl's ``<run>/tb``, HF's ``<output_dir>/runs/<date>``);
+    else the source itself."""
     of_file = run_of(source)
     if of_file is not None:
-        return os.path.abspath(of_file[0]), of_file[1]
-    p = Path(os.path.abspath(source))
+        return of_file
+    p = Path(source)
     if p.name in RUN_FILES:
+        if str(p.parent) in ("", "."):
+            return source, None
         return str(p.parent.parent if re.fullmatch(r"checkpoint-\d+", p.parent.name) else p.parent), None
     if "tfevents" in p.name and p.is_file():
         p = p.parent
@@ -207,18 +216,24 @@ def run_location(source: str) -> tuple[str, str | None]:
 
 
 def check_distinct(sources: Iterable[str]) -> None:
-    """A UserError when two of ``sources`` are one run (:func:`run_location`; links resolved): a folder and a run in
-    it, a run's log and its events, a link to a run, the same file twice."""
-    seen: dict[tuple[str, str | None], str] = {}
+    """A UserError when two of ``sources`` are one run (:func:`run_location`, links resolved): a folder and a run in
+    it, a run's log and its events, a link to a run, the same file twice. Two event files of one folder are two runs
+    (as given), but not beside that folder read as a run."""
+    runs: dict[tuple[str, str | None], str] = {}  # the run each source is
+    folders: dict[tuple[str, str | None], str] = {}  # the folder an event file given on its own belongs to
     for source in sources:
         path, run = run_location(source)
-        key = (os.path.realpath(path), run)
-        if key in seen:
-            first = seen[key]
+        own, folder = (os.path.realpath(path), run), None
+        if "tfevents" in Path(source).name and Path(source).is_file():
+            own, folder = (os.path.realpath(source), None), own
+        first = runs.get(own) or folders.get(own) or (runs.get(folder) if folder else None)
+        if first is not None:
             twice = (f"{source} is read twice (two of the paths given hold it)" if first == source else
                      f"{first} and {source} are the same run")
             raise UserError(f"{twice}; compare different runs")
-        seen[key] = source
+        runs[own] = source
+        if folder:
+            folders.setdefault(folder, source)
 
 
 def _existing(path: str | Path) -> Path:
@@ -411,17 +426,17 @@ def _csv_records(p: Path) -> Records:
 
 
 def _unique_columns(header: list[str]) -> tuple[list[str], list[str]]:
-    """``header`` with each repeat of a name made unique, and the new names. A W&B chart export names a run's column
-    ``"<run> - <metric>"`` by the run's display name, which two runs may share: the second becomes
-    ``"<run> (2) - <metric>"`` (or the next number no column has), a run of its own, where reading by name kept
-    only the last column."""
+    """``header`` with each repeat of a run's column made unique, and the new names. A W&B chart export names a run's
+    column ``"<run> - <metric>"`` by the run's display name, which two runs may share: the second becomes
+    ``"<run> (2) - <metric>"`` (or the next number no column has), a run of its own, where reading by name kept only
+    the last column. Other repeated names (blank cells of a spreadsheet's header) stay as they are: the last wins."""
     taken, out, renamed = set(header), [], []
     seen: set[str] = set()
     for name in header:
-        if name in seen:
-            run, sep, metric = name.partition(" - ")
+        run, sep, metric = name.partition(" - ")
+        if name in seen and sep:
             k = 2
-            while (new := f"{run} ({k}) - {metric}" if sep else f"{name} ({k})") in taken:
+            while (new := f"{run} ({k}) - {metric}") in taken:
                 k += 1
             taken.add(new)
             renamed.append(new)
