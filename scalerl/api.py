@@ -98,8 +98,9 @@ def compare(sources: Sequence[Source], margin: float = 0.02, *, x: Any = None, y
 
     As ``scalerl compare`` does, the runs read here share one early-point cutoff unless ``fit_from`` is given
     (``scalerl.experiments.cutoff``: the early regime is cut at one compute for all, not each run's own), and the
-    same path given twice (or a folder and a run in it) is refused. Each of ``Comparison.warnings`` (e.g. a run ranked by an A its data has not
-    identified) is also raised as a Python ``UserWarning``, so a notebook shows it as plainly as the CLI prints it."""
+    same path given twice (or a folder and a run in it) is refused. Each of ``Comparison.warnings`` (e.g. a run
+    ranked by an A its data has not identified) is also raised as a Python ``UserWarning``, so a notebook shows it
+    as plainly as the CLI prints it."""
     from scalerl.curves.readers import check_distinct
     from scalerl.experiments.cutoff import shared_fit_from
 

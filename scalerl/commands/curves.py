@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional
 
@@ -394,17 +393,15 @@ def compare(
     """Rank runs by the paper's rules: A first; runs within --margin are refit at their mean A and ranked by B."""
     from scalerl.curves import compare_fits, plot_fits, plot_linearised
     from scalerl.curves.plot import check_figure_path
+    from scalerl.curves.readers import check_distinct
 
     for flag, fig in (("--plot", plot), ("--slope-plot", slope_plot)):
         if fig is not None:
             check_figure_path(fig)
             check_writable_file(fig, flag)
-    seen: dict[str, Path] = {}
-    for path in paths:  # the same run twice ties with itself and hides which row is which
-        first = seen.setdefault(os.path.realpath(path), path)
-        if first is not path:
-            twice = f"{path} is given twice" if str(first) == str(path) else f"{first} and {path} are the same run"
-            raise UserError(f"{twice}; compare different runs")
+    # the same run twice ties with itself and hides which row is which: refused before any file is read, and again
+    # for the runs the paths hold (_fit_paths)
+    check_distinct([str(path) for path in paths])
     check_fit_numbers(fit_from, level, bounds, margin=margin)
     # one absolute early-point cutoff for every run compared (scalerl/experiments/cutoff.py), each file read once
     fits, notes = _fit_paths(paths, x, y, fit_from, fit_until, method, bounds, level, model=model, a_grid=a_grid,

@@ -56,7 +56,7 @@ def display_names(sources: Sequence[str]) -> list[str]:
     exports, runs of one name in two sweeps, two TensorBoard folders of one output directory): the run's path from
     the folder the alike ones share, with its run; the source's own path where even those are alike."""
     names = [short_name(s) for s in sources]
-    for longer in (lambda s: run_location(s), lambda s: (os.path.abspath(s), None)):
+    for longer in (run_location, lambda s: (os.path.abspath(s), None)):
         alike = [i for i, n in enumerate(names) if names.count(n) > 1]
         if not alike:
             break

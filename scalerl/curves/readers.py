@@ -72,7 +72,7 @@ def load_series(path: str | Path, x: str = DEFAULT_X, y: str = DEFAULT_Y) -> Ser
             if len(several) > 1:
                 raise UserError(f"{p} holds {len(several)} runs ({', '.join(r.name for r in several[:4])}"
                                 f"{', …' if len(several) > 4 else ''}); give one, or read each with load_runs (api.load_all)")
-        return _from_tensorboard(_event_dir(p), x, y)
+        return _from_tensorboard(_event_dir(p, events), x, y)
     if "tfevents" in p.name:
         return _from_tensorboard(p, x, y)
     return _from_records(p, _file_records(p), x, y)
@@ -228,8 +228,7 @@ def check_distinct(sources: Iterable[str]) -> None:
             own, folder = (os.path.realpath(source), None), own
         first = runs.get(own) or folders.get(own) or (runs.get(folder) if folder else None)
         if first is not None:
-            twice = (f"{source} is read twice (two of the paths given hold it)" if first == source else
-                     f"{first} and {source} are the same run")
+            twice = f"{source} is given twice" if first == source else f"{first} and {source} are the same run"
             raise UserError(f"{twice}; compare different runs")
         runs[own] = source
         if folder:
@@ -271,9 +270,9 @@ def _event_dirs(p: Path) -> list[Path]:
     return sorted(dirs, key=lambda d: (len(d.parts), str(d)))
 
 
-def _event_dir(p: Path) -> Path:
-    """The one folder in or below the directory ``p`` that holds TensorBoard event files."""
-    dirs = _event_dirs(p)
+def _event_dir(p: Path, dirs: list[Path]) -> Path:
+    """The one folder in or below the directory ``p`` that holds TensorBoard event files (``dirs``: its
+    :func:`_event_dirs`, walked once)."""
     if not dirs:
         raise UserError(
             f"{p}: a directory without metrics.jsonl, trainer_state.json, checkpoint-*/trainer_state.json or TensorBoard "
