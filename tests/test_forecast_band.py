@@ -64,3 +64,33 @@ def test_a_window_the_law_passes_through_exactly_still_has_a_band():
     assert f.n_points == 3 and f.rmse < 1e-6
     lo, hi = f.forecast_interval(np.array([3.0]), 0.8)
     assert hi[0] - lo[0] > 0.02
+
+
+def test_the_level_band_holds_the_combined_estimates_distance_from_the_filter():
+    # the forecast's residual is the mean of the filter's state (0.04) and the tail's mean (0.0): 0.02; with no
+    # noise and a certain filter (var 0), its squared error under the filter's model is the gap (0.02)^2, not 0
+    now = trust.Level(law_end=0.5, state=0.04, var=0.0, phi=1.0, drift=0.0, noise=0.0, spacing=1.0, tail_bias=0.0)
+    resid, var = now.ahead(np.asarray(1.0), 1.0)
+    assert float(resid) == pytest.approx(0.02) and float(var) == pytest.approx(0.02**2)
+    # with phi = 0.5, two steps ahead the state has decayed to 0.01: residual 0.005, gap 0.005, and the filter's
+    # own terms: var·phi^4 + drift·(1 − phi^4) + noise = 0.001·0.0625 + 0.002·0.9375 + 0.0001
+    now = trust.Level(law_end=0.5, state=0.04, var=0.001, phi=0.5, drift=0.002, noise=0.0001, spacing=1.0,
+                      tail_bias=0.0)
+    resid, var = now.ahead(np.asarray(3.0), 1.0)
+    assert float(resid) == pytest.approx(0.005)
+    assert float(var) == pytest.approx(0.001 * 0.0625 + 0.002 * 0.9375 + 0.0001 + 0.005**2)
+    # a held level (after a fall) is the last value itself: no gap
+    held = now.held_at(0.45)
+    assert float(held.ahead(np.asarray(3.0), 1.0)[1]) == pytest.approx(0.001 * 0.0625 + 0.002 * 0.9375 + 0.0001)
+
+
+def test_a_band_at_the_window_end_is_not_zero_wide_when_the_noise_model_reads_all_drift():
+    """A published run that collapses and recovers (tests/data/curves, cs336 question-only prompt): the noise
+    model put every residual into drift (noise 0) and the filter was certain of the last residual, so the 80% band
+    at the window's last step was [0.393, 0.393], excluding the 0.438 measured there."""
+    s = load_series(Path(__file__).resolve().parent / "data" / "curves" /
+                    "cs336-damek_qwen25-math-15b_grpo-question-only_gsm8k.csv", x="step", y="value")
+    f = fit_curve(s.x, s.y, predict_at=[float(s.x.max())], source="q")
+    assert f.forecaster.now.noise == 0.0  # the case: every residual read as drift
+    lo, hi = (float(v[0]) for v in f.forecast_interval(np.asarray([float(s.x.max())]), level=0.8))
+    assert hi - lo > 0.05 and lo <= float(s.y[-1]) <= hi

@@ -27,7 +27,9 @@ the fit window, and says how well that prediction did on the run's own past.
   inner backtest (fewer than :data:`MIN_SCORED` points after its cut) has even less to choose on and is combined
   the same way (following the law in full there overshot a 5-point run whose fit put A at its bound).
 * **Interval.** A held-out evaluation differs from the forecast by white evaluation noise, the filter's error on
-  the current drift, the drift's spread as it decorrelates over the evaluations ahead (all from the noise model),
+  the current drift and the forecast's distance from the filter's estimate (the level is the mean of two
+  estimates; when the noise model reads every residual as drift the filter is certain of its own, and a band of
+  the filter's error alone was zero wide at the window's end, excluding the value measured there), the drift's spread as it decorrelates over the evaluations ahead (all from the noise model),
   an error that grows linearly with the horizon beyond that (measured by the same inner backtest, per
   window-span of horizon), and the uncertainty of the law's further gain from its parameters (the gain of Eq. 1
   refitted at the ends of A's profile interval, App. A.5), in the share the forecast follows. The band is
@@ -97,7 +99,10 @@ class Level:
         var = decay**2 * self.var + self.drift * (1 - decay**2) + self.noise
         if self.held:
             return np.full_like(steps, self.tail_bias), var
-        return 0.5 * (self.state * decay + self.tail_bias), var
+        # the forecast is the mean of the filter's estimate and the tail's: beside the filter's own variance, its
+        # squared distance from the filter's estimate (a mean squared error, not only a variance)
+        gap = 0.5 * (self.tail_bias - self.state * decay)
+        return 0.5 * (self.state * decay + self.tail_bias), var + gap * gap
 
 
 def local_level(law: Law, x: Array, y: Array, Q: Array | None = None, held: bool = False, n_params: int = 0) -> Level:
