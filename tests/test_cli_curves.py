@@ -335,3 +335,17 @@ def test_a_folder_of_runs_gives_each_run_to_fit_and_compare(tmp_path, capsys):
     assert code == 0 and "│ ppo-a" in out and "│ ppo-b" in out
     # a run directory is still one run
     assert len(load_runs(sweep / "cispo")) == 1 and len(load_runs(logdir / "ppo-a", x="step", y="eval/acc")) == 1
+
+
+def test_a_table_title_is_centred_over_the_table_in_a_log(capsys):
+    """Printed to a pipe or a file (a console that soft-wraps so messages stay whole lines), the tables' titles came
+    out flush left: rich centres a title only when the table is not soft-wrapped."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "curves" / "scalerl_8b.csv"
+    code, out, _ = run(["fit", str(example), "--fit-from", "1500"], capsys)
+    lines = out.splitlines()
+    title, top = lines[0], lines[1]
+    assert code == 0 and title.strip() == "Eq. 1 fits (method vp)" and top.startswith("┏")
+    left = len(title) - len(title.lstrip())
+    assert abs((left + len(title.strip()) / 2) - len(top) / 2) <= 1

@@ -493,3 +493,32 @@ def test_too_few_backtest_points_to_choose_take_half_the_gain():
     y8 = 0.5 + 0.1 * np.log(x8) + np.array([0.004, -0.004, 0.003, -0.002, 0.001, -0.001, 0.002, -0.001])
     bt8 = trust.backtest(x8, y8, refit, bounded=True)
     assert bt8.n_scored == 3 and bt8.weight == 1.0
+
+
+def test_reliable_is_the_fits_own_whichever_computes_are_asked_for():
+    """``reliable`` flipped with the computes a caller asked to predict: the API (none asked) and the live forecast
+    said reliable where ``scalerl fit`` (its last compute and twice it) or the report (twice and ten times) said
+    unreliable, on one fit. The support is checked from the window's end to twice it, whatever is asked; a
+    prediction asked for beyond that which leaves the support gets its own warning, and the flag stays."""
+    from scalerl.curves import load_series
+
+    examples = Path(__file__).resolve().parents[1] / "examples" / "curves"
+    s = load_series(examples / "scalerl_8b.csv")
+    xm = float(s.x.max())
+    asks = [(), (xm, 2 * xm), (16000.0,), (2 * xm, 10 * xm)]
+    for until in (2000, 3000, 8000):
+        fits = [fit_curve(s.x, s.y, fit_until=until, predict_at=list(a), source="r") for a in asks]
+        assert len({f.reliable for f in fits}) == 1, until
+        assert len({tuple(f.trust["warnings"]) for f in fits}) == 1, until
+    far = fit_curve(s.x, s.y, fit_until=2000, predict_at=[10 * xm], source="r")
+    (v,) = (v for _, v in far.predictions)
+    yw = s.y[(s.x >= far.fit_window[0]) & (s.x <= 2000)]
+    assert v > yw.max() + np.ptp(yw)  # the far prediction leaves the support ...
+    assert far.reliable and any("beyond twice the fit window's end" in w for w in far.warnings)  # ... named, not flipped
+    # a forecast that leaves the support before twice the window's end is unreliable, asked or not (a published
+    # AIME24 run, bench/curves/holdout4, whose 3-point window's fit runs to 0.63 where the run stays at 0.2-0.3)
+    x = np.array([0, 100, 140, 160, 200, 220, 250, 260], float)
+    y = np.array([0.100, 0.133, 0.167, 0.300, 0.267, 0.300, 0.200, 0.233])
+    for a in ((), (260.0,), (260.0, 520.0)):
+        f = fit_curve(x, y, fit_until=160, predict_at=list(a), source="aime")
+        assert not f.reliable and any("outside anything the window supports" in w for w in f.trust["warnings"])

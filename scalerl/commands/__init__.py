@@ -32,6 +32,6 @@ def print_table(table: Any, console: Any = None) -> None:
     if fits.minimum > width:  # widened anyway: as far as the whole cells need (names unfolded), within reason
         console.width = max(fits.minimum, min(fits.maximum, MAX_TABLE_WIDTH))
     try:
-        console.print(table)
+        console.print(table, soft_wrap=False)  # a pipe console soft-wraps, which left titles uncentred
     finally:
         console.width = width  # what is printed after the table wraps at the terminal's width again

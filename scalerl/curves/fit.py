@@ -48,6 +48,7 @@ FALL_GIVEN_BACK_NOISE = 5.0  # ... with the last two evaluations each this many 
 START_NOISE = 3.0  # a window whose last quarter is this many noise σ below the reward at compute 0 has fallen (Eq. 1 cannot)
 MIN_PAST_CMID = 3  # A is called identified only with at least this many evaluations past Cmid (one pins nothing)
 BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
+SUPPORT_POINTS = 9  # where the forecast is checked against the window's support, from its end to twice it
 
 
 @dataclass
@@ -518,17 +519,32 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
 
 
 def _check_support(r: FitResult) -> None:
-    """A prediction outside anything the window supports (beyond its range by more than its range) is unreliable."""
+    """Whether the forecast stays within what the window supports (its range, widened by the range on each side)
+    as far again as the fit has seen: up to twice the window's last compute. One that leaves it there is
+    unreliable. ``reliable`` is a property of the fit, the same whichever computes a caller asked to predict (the
+    live forecast asks none, ``scalerl fit`` the last compute and twice it, the report twice and ten times it); a
+    prediction asked for further out that leaves the support gets a warning of its own, naming it."""
     yw = r.y[r.in_window]
     lo, hi = float(yw.min()) - float(np.ptp(yw)), float(yw.max()) + float(np.ptp(yw))
-    out = [(c, v) for c, v in r.predictions if not lo <= v <= hi]
-    if out:
-        c, v = out[0]
+    x0, x1 = (float(v) for v in r.fit_window)
+    far = x1 + max(x1 - x0, abs(x1))
+    support = f"outside anything the window supports ([{lo:.3f}, {hi:.3f}])"
+    grid = np.linspace(x1, far, SUPPORT_POINTS)
+    values = np.asarray(r.forecast(grid), dtype=float)
+    out = np.flatnonzero((values < lo) | (values > hi))
+    if out.size:
+        c, v = float(grid[out[0]]), float(values[out[0]])
         r.reliable = False
-        note = f"the forecast {v:.3f} at {format_compute(c)} is outside anything the window supports ([{lo:.3f}, {hi:.3f}])"
+        note = f"the forecast {v:.3f} at {format_compute(c)} is {support}"
         r.warnings.append(f"{r.source}: {note}")
         if r.trust is not None:
             r.trust["warnings"].append(note)
+        return
+    beyond = [(c, v) for c, v in r.predictions if c > far and not lo <= v <= hi]
+    if beyond:
+        c, v = beyond[0]
+        r.warnings.append(f"{r.source}: the forecast {v:.3f} at {format_compute(c)}, beyond twice the fit window's end, "
+                          f"is {support}: an extrapolation the data do not back")
 
 
 def _fit_power(p: vp.Problem, source: str) -> tuple[vp.Params, float, Any, tuple[bool, bool], None, bool, list[str]]:
