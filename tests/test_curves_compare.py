@@ -59,3 +59,60 @@ def test_figures_are_written_atomically_and_reject_unknown_formats(tmp_path):
         plot_fits([a], tmp_path / "curves.jpg")
     assert not (tmp_path / "curves.jpg").exists()
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["curves.png", "fig", "slopes.svg"]  # no temp files left
+
+
+def _steps(seed, R0, A, B, Cmid, sd=0.01):
+    s = np.arange(0, 1001, 20, dtype=float)
+    y = sigmoid(s, R0, A, B, Cmid) + np.random.default_rng(seed).normal(0, sd, s.size)
+    y[0] = R0
+    return s, y
+
+
+def test_runs_whose_data_bound_A_nowhere_are_not_ranked_by_name_or_by_a_fitted_A():
+    """``compare --model power`` ranked two runs whose power-law A both ran to the bound 1 by their names (the weaker
+    first: "a_weak" before "z_strong"), under a caption saying they were placed by a lower end they do not have; and a
+    run that fell from 0.70 to 0.30 was ranked above an identified 0.60 by "A ≥ 0.711", the search's bound at an
+    interval open below. Runs with no lower end are not ranked: listed last, by name, rank null in JSON."""
+    from scalerl.curves.compare import NOT_RANKED
+
+    weak = fit_curve(*_steps(13, 0.10, 0.55, 1.5, 300), model="power", source="a_weak")
+    strong = fit_curve(*_steps(14, 0.10, 0.75, 1.5, 300), model="power", source="z_strong")
+    c = compare_fits([strong, weak])
+    assert [r.fit.source for r in c.ranked] == ["a_weak", "z_strong"]  # by name: no order is claimed
+    assert all(not r.ranked and r.basis == NOT_RANKED for r in c.ranked)
+    assert [row["rank"] for row in c.to_json()["ranking"]] == [None, None]
+    assert all("not ranked" in w and "no interval on A" in w for w in c.warnings)
+
+    s = np.arange(0, 1001, 20, dtype=float)
+    fall = fit_curve(s, 0.70 - 0.40 * s / 1000 + np.random.default_rng(6).normal(0, 0.01, s.size), source="fall")
+    rising = fit_curve(*_steps(11, 0.30, 0.60, 2.0, 200), source="rising")
+    assert fall.A_ci_open[0] and rising.identified
+    c = compare_fits([fall, rising])
+    assert [(r.fit.source, r.rank, r.ranked) for r in c.ranked] == [("rising", 1, True), ("fall", 2, False)]
+    assert fall.format_A() == "not bounded" and json.loads(json.dumps(c.to_json()))["ranking"][1]["rank"] is None
+    assert any("fall" in w and "open below" in w for w in c.warnings)
+
+
+def test_a_closed_lower_end_still_places_an_unidentified_run():
+    # before its midpoint a run's interval is closed below: it is placed by that bound (not "not ranked")
+    x = np.linspace(0, 4.0, 25)
+    rng = np.random.default_rng(0)
+    y = sigmoid(x, 0.1, 0.9, 1.5, 10.0) + 0.003 * rng.standard_normal(x.size)
+    y[0] = 0.1
+    rising = fit_curve(x, y, source="rising")
+    assert not rising.identified and not rising.A_ci_open[0]
+    (r,) = compare_fits([rising]).ranked
+    assert r.ranked and r.rank == 1 and rising.format_A().startswith("≥ ")
+
+
+def test_the_cli_marks_a_run_it_does_not_rank(tmp_path, capsys):
+    from scalerl.cli import main
+
+    for name, seed, A in (("z_strong", 14, 0.75), ("a_weak", 13, 0.55)):
+        s, y = _steps(seed, 0.10, A, 1.5, 300)
+        (tmp_path / f"{name}.csv").write_text("step,acc\n" + "".join(f"{a},{b:.4f}\n" for a, b in zip(s, y)))
+    main(["compare", str(tmp_path / "z_strong.csv"), str(tmp_path / "a_weak.csv"), "--x", "step", "--y", "acc",
+          "--model", "power"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "│ – │ a_weak │" in out and "│ – │ z_strong │" in out and "– not ranked" in out
+    assert "placed by the lower end" not in out

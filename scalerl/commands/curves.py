@@ -438,9 +438,15 @@ def _print_comparison(result: Any) -> None:
 
     names = display_names([r.fit.source for r in result.ranked])
     table = Table(title=f"Ranking (App. A.5, A.8): A first; A within ±{result.margin:g} is a tie, broken by B at the tie's mean A")
-    if any(not r.identified for r in result.ranked):  # compare.py: placed by the lower end of A, not ranked by it
-        table.caption = ("* A not identified: placed by the lower end of its interval (A ≥ that), never tied, not "
-                         "ranked by its fitted A")
+    notes = []
+    if any(not r.identified and r.ranked for r in result.ranked):  # compare.py: placed by the lower end of A
+        notes.append("* A not identified: placed by the lower end of its interval (A ≥ that), never tied, not ranked by "
+                     "its fitted A")
+    if any(not r.ranked for r in result.ranked):
+        notes.append("– not ranked: A not identified and the data bound it nowhere (no interval, or "
+                     "one open below); listed after the ranked runs, by name")
+    if notes:
+        table.caption = "\n".join(notes)
     cols = ("rank", "run", "A", "interval", "identified", "B", "Cmid", "tie", "mean A", "B at mean A", "Cmid at mean A",
             "beats ruler")
     for col in cols:
@@ -449,7 +455,7 @@ def _print_comparison(result: Any) -> None:
         tied = r.group_A is not None
         add_row(
             table,
-            str(r.rank) + ("" if r.identified else "*"),
+            (str(r.rank) + ("" if r.identified else "*")) if r.ranked else "–",
             name,
             r.fit.format_A(),
             _interval(r.fit),

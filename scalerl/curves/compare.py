@@ -14,9 +14,12 @@ the top) has no estimate of A to rank by, only a lower bound: the lower end of i
 A (where the search stopped, often the bound A = 1) would put a run still on the rise above runs that measured their
 ceiling. So only identified runs are ranked by the rule above; an unidentified run is placed by its lower end, above an
 identified group only when that lower end beats the group's A by more than the margin (the data already show it is
-higher), else after it, never tied, with ``Ranked.basis`` saying so. The common A of the linearised figure is the mean
-over the identified runs (over all runs when none is). Equal keys are broken by the run's source, so the ranking does
-not depend on the order the runs are given in.
+higher), else after it, never tied, with ``Ranked.basis`` saying so. A run whose data bound A nowhere (its interval
+open below, as for a run that fell far below where it started, or no interval at all, as with the power law) has
+nothing to be ranked by: it is listed after every ranked run, in name order, as not ranked (:data:`NOT_RANKED`); ordering such
+runs by their fitted A (often the bound A = 1 for all of them) ranked them by name or by a number the fit disowns.
+The common A of the linearised figure is the mean over the identified runs (over all runs when none is). Equal keys
+are broken by the run's source, so the ranking does not depend on the order the runs are given in.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ MARGIN_TOL = 1e-9  # A values are differences of floats: 0.63 - 0.61 is 0.020000
 RANKED_BY_A = "A"
 RANKED_BY_B = "B at the tie's mean A"
 RANKED_BY_BOUND = "lower end of A (A not identified)"
+NOT_RANKED = "not ranked (A not identified, and the data bound it nowhere)"
 
 
 # App. A.5 gives no error bar on efficiency (B is "hard to estimate"): a compute ratio within this relative margin,
@@ -57,12 +61,19 @@ def within_margin(d: float, margin: float = DEFAULT_MARGIN) -> bool:
 
 
 def lower_end(fit: FitResult) -> float:
-    """What the data show of A: the estimate when identified, else the lower end of its interval (``-inf`` when the
-    interval is open below or was not computed: the data bound nothing)."""
+    """What the data show of A: the estimate when identified, else the lower end of its interval; ``-inf`` when the
+    data bound nothing: the interval was not computed (the power law) or is open below (its printed end is then the
+    search's bound, e.g. R0 for a run that fell far below it, not a measurement)."""
     if fit.identified:
         return float(fit.A)
     lo = fit.A_ci[0] if fit.A_ci is not None else None
-    return float(lo) if lo is not None and np.isfinite(lo) else -np.inf
+    open_below = bool(fit.A_ci_open[0]) if fit.A_ci_open is not None else False
+    return -np.inf if lo is None or not np.isfinite(lo) or open_below else float(lo)
+
+
+def _why_unbounded(fit: FitResult) -> str:
+    """Why a run's data bound its A nowhere (:func:`lower_end` is ``-inf``), in a few words."""
+    return "it has no interval on A" if fit.A_ci is None else "its interval on A is open below"
 
 
 def _finite(v: float | None) -> float | None:
@@ -108,7 +119,12 @@ class Ranked:
     group: int  # runs in one group have A within the margin of the group's first run
     group_A: float | None = None  # the mean A the group was refitted at (None for a group of one)
     refit: FitResult | None = None  # the refit at group_A
-    basis: str = RANKED_BY_A  # what placed it: A, B at the tie's mean A, or the lower end of an unidentified A
+    basis: str = RANKED_BY_A  # what placed it: A, B at the tie's mean A, the lower end of an unidentified A, or nothing
+
+    @property
+    def ranked(self) -> bool:
+        """False for a run listed after the ranking because its data bound A nowhere (:data:`NOT_RANKED`)."""
+        return self.basis != NOT_RANKED
 
     @property
     def identified(self) -> bool:
@@ -136,7 +152,7 @@ class Comparison:
             common = at_common.get(id(r.fit))
             rows.append(
                 {
-                    "rank": r.rank,
+                    "rank": r.rank if r.ranked else None,
                     "source": r.fit.source,
                     "A": _finite(r.fit.A),
                     "A_ci": list(r.fit.A_ci) if r.fit.A_ci is not None else None,
@@ -191,9 +207,11 @@ def compare_fits(fits: Sequence[FitResult], margin: float = DEFAULT_MARGIN) -> C
             groups[-1].append(f)
         else:
             groups.append([f])
-    # unidentified runs by what their data show (the lower end of A), highest first
+    # unidentified runs by what their data show (the lower end of A), highest first; the ones their data bound nowhere
+    # last, by name (their fitted A is no measurement to order them by)
     unknown = sorted((f for f in fits if not f.identified),
-                     key=lambda f: (-lower_end(f), -_or_worst(f.A, -np.inf), f.source))
+                     key=lambda f: (-lower_end(f), -_or_worst(f.A, -np.inf) if np.isfinite(lower_end(f)) else 0.0,
+                                    f.source))
     ranked: list[Ranked] = []
     group = 0  # group numbers in rank order: a tie shares one, every other run has its own
 
@@ -203,7 +221,9 @@ def compare_fits(fits: Sequence[FitResult], margin: float = DEFAULT_MARGIN) -> C
         nonlocal group
         while unknown and (above is None or (lower_end(unknown[0]) - above > margin + MARGIN_TOL)):
             group += 1
-            ranked.append(Ranked(len(ranked) + 1, unknown.pop(0), group, basis=RANKED_BY_BOUND))
+            f = unknown.pop(0)
+            basis = RANKED_BY_BOUND if np.isfinite(lower_end(f)) else NOT_RANKED
+            ranked.append(Ranked(len(ranked) + 1, f, group, basis=basis))
 
     for members in groups:
         place_unknown(members[0].A)
@@ -227,11 +247,14 @@ def compare_fits(fits: Sequence[FitResult], margin: float = DEFAULT_MARGIN) -> C
     # in the order given, so that the linearised figure's colours match the curves figure's
     pairs = [(f, c) for f, c in zip(fits, _refits(fits, common_A, warnings)) if c is not None]
     for r in ranked:
-        if not r.fit.identified:
-            lo = lower_end(r.fit)
-            bound = f"A ≥ {lo:.3f}" if np.isfinite(lo) else "A is not bounded"
+        if r.basis == NOT_RANKED:
             warnings.append(
-                f"{r.fit.source}: A is not identified ({bound}), so it is ranked by that lower end, after the identified "
-                "runs it does not beat by more than the margin, not by its fitted A"
+                f"{r.fit.source}: A is not identified and the data bound it nowhere ({_why_unbounded(r.fit)}), so it is "
+                "not ranked: listed after the ranked runs, by name"
+            )
+        elif not r.fit.identified:
+            warnings.append(
+                f"{r.fit.source}: A is not identified (A ≥ {lower_end(r.fit):.3f}), so it is ranked by that lower end, "
+                "after the identified runs it does not beat by more than the margin, not by its fitted A"
             )
     return Comparison(margin, ranked, common_A, pairs, warnings)

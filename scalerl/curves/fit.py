@@ -130,7 +130,8 @@ class FitResult:
         """:func:`format_A` of this fit; the power law's A with the note that it has no interval."""
         if self.model == "power" and not self.A_fixed:
             return f"{self.A:.3f} (no interval)"
-        return format_A(self.A, self.A_ci[0] if self.A_ci else None, self.identified)
+        below = self.A_ci[0] if self.A_ci and not (self.A_ci_open and self.A_ci_open[0]) else None
+        return format_A(self.A, below, self.identified)
 
     @property
     def heldout_mask(self) -> Array:
@@ -599,8 +600,11 @@ def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, 
 
 def format_A(A: float, lo: float | None, identified: bool) -> str:
     """A for a table: the estimate when identified, else the lower end of its interval as a bound (an unidentified
-    fit's A is where the search stopped, not an estimate)."""
-    return f"{A:.3f}" if identified else f"≥ {lo if lo is not None else 0.0:.3f}"
+    fit's A is where the search stopped, not an estimate), or "not bounded" when the data give no lower end (an
+    interval open below reports the search's bound there, e.g. R0 for a run that fell far below it)."""
+    if identified:
+        return f"{A:.3f}"
+    return f"≥ {lo:.3f}" if lo is not None and np.isfinite(lo) else "not bounded"
 
 
 def fit_series(series: Series, **kwargs: Any) -> FitResult:

@@ -120,6 +120,7 @@ class RankItem:
     A_text: str = ""  # A for a table: the estimate, or "≥ lo" when the run has not identified it
     pruned: bool = False  # stopped by --prune: listed after the ranked runs, not ranked (rank 0)
     identified: bool = True  # False: A not identified, placed by the lower end of its interval (curves.compare)
+    ranked: bool = True  # False: A not identified and bounded nowhere, listed after the ranking (curves.compare)
 
 
 @dataclass
@@ -276,7 +277,8 @@ def _rank(a: Analysis) -> None:
         groups.setdefault(item.group, []).append(by_id[id(item.fit)])
     a.ranking = [
         RankItem(item.rank, by_id[id(item.fit)], item.fit.A, tuple(groups[item.group]), item.group_A,
-                 item.refit.B if item.refit is not None else None, item.fit.format_A(), identified=item.identified)
+                 item.refit.B if item.refit is not None else None, item.fit.format_A(), identified=item.identified,
+                 ranked=item.ranked)
         for item in cmp.ranked
     ] + [RankItem(0, r.name, r.fit.A, (r.name,), None, None, r.fit.format_A(), pruned=True,
                   identified=r.fit.identified)

@@ -112,7 +112,10 @@ def _ranking_table(a: Analysis) -> str:
                           "only the compute it got)"], ""))
             continue
         tie = len(item.group) > 1
-        if not item.identified:  # curves.compare: an unidentified A is a lower bound, never a rank by A
+        if not item.ranked:  # curves.compare: nothing bounds its A, so nothing ranks it
+            note = ('<span class="bad">not ranked</span>: A not identified and the data bound it nowhere (no interval, '
+                    "or one open below); listed after the ranked runs, by name")
+        elif not item.identified:  # curves.compare: an unidentified A is a lower bound, never a rank by A
             note = ('<span class="bad">A not identified</span>: placed by the lower end of its interval '
                     f"({_esc(item.A_text)}), not ranked by its fitted A; never tied")
         elif tie:
@@ -120,7 +123,7 @@ def _ranking_table(a: Analysis) -> str:
                     f"(ΔA ≤ {a.margin:g}): ranked by B at common A = {item.common_A:.3f}")
         else:
             note = "ranked by A"
-        rows.append(([_esc(item.name), str(item.rank), _esc(item.A_text),
+        rows.append(([_esc(item.name), str(item.rank) if item.ranked else "–", _esc(item.A_text),
                       _num(item.B_common, ".2f") if tie else "–", note], "tie" if tie else ""))
     return _table(["run", "rank", "A", "B at common A", "rule"], rows, text=(0, 4))
 
