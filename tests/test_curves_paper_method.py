@@ -116,3 +116,39 @@ def test_power_law_overshoots_A_and_extrapolates_worse_than_the_sigmoid(capsys):
             else:
                 assert f["A"] - true_A > 0.08
     assert np.mean(err["sigmoid"]) < 0.7 * np.mean(err["power"])
+
+
+def _gpuh_curve(seed, R0, A, B, Cmid, sd=0.005):
+    import numpy as np
+
+    from scalerl.curves.sigmoid import sigmoid
+
+    x = np.arange(0, 16001, 160, dtype=float)
+    y = sigmoid(x, R0, A, B, Cmid) + np.random.default_rng(seed).normal(0, sd, x.size)
+    y[0] = R0
+    return x, y
+
+
+def test_a_grid_methods_optimum_on_the_edge_of_its_grid_is_not_identified():
+    """The paper's literal A grid is [0.45, 0.80]: a run whose ceiling is 0.30 came back as A = 0.450, outside its own
+    interval [0.296, 0.303], marked identified with no warning, and compare tied it with a 0.40 run and put it first."""
+    from scalerl.curves import compare_fits, fit_curve
+
+    low = fit_curve(*_gpuh_curve(1, 0.05, 0.30, 1.8, 3000), method="paper", source="low")
+    assert low.A == 0.45 and not low.identified
+    assert any("on the edge of the paper method's A grid [0.45, 0.8]" in w for w in low.warnings)
+    assert low.A_ci[0] < 0.31  # the interval is the data's: it holds the true 0.30 ...
+    assert low.format_A().startswith("≥ 0.29")  # ... and its lower end is what the table shows
+    high = fit_curve(*_gpuh_curve(3, 0.05, 0.40, 1.0, 3000), method="paper", source="high")
+    ranked = [r.fit.source for r in compare_fits([low, high]).ranked]
+    assert ranked == ["high", "low"]  # by the lower ends the data give, not a tie at the grid's edge
+    # the same data by the default method, and the paper method on a grid that holds the optimum: identified
+    assert fit_curve(*_gpuh_curve(1, 0.05, 0.30, 1.8, 3000), source="vp").identified
+    import numpy as np
+
+    inside = fit_curve(*_gpuh_curve(1, 0.05, 0.30, 1.8, 3000), method="paper", a_grid=np.arange(0.2, 0.5, 0.005),
+                       source="wide")
+    assert inside.identified and abs(inside.A - 0.30) < 0.01 and not any("edge" in w for w in inside.warnings)
+    # and a Cmid on the edge of its grid: the paper's Cmid grid starts at 100 GPU-hours
+    fast = fit_curve(*_gpuh_curve(2, 0.05, 0.60, 3.0, 40), method="paper", source="fast")
+    assert not fast.identified and any("Cmid grid" in w for w in fast.warnings)

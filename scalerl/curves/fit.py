@@ -373,6 +373,10 @@ def fit_curve(
                 f"{source}: the {level:.0%} interval on A is open at the top: the noise is too large for this "
                 "window to pin A down"
             )
+        off_grid = _off_grid(p, q, method, grids, A_ci, A_open) if A is None else None
+        if off_grid:
+            identified = False
+            warnings.append(f"{source}: {off_grid}: A is not identified; use --method vp (or widen --a-grid/--cmid-grid)")
 
     fitted = power_law(p.x, q.A, D, q.B) if D is not None else sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
     resid = p.y - fitted
@@ -416,6 +420,32 @@ def fit_curve(
     if target is not None:
         result.target = _target(result, float(target))
     return result
+
+
+def _off_grid(p: vp.Problem, q: vp.Params, method: str, grids: Grids,
+              A_ci: tuple[float | None, float | None] | None, A_open: tuple[bool, bool]) -> str | None:
+    """Why a grid method's optimum is not the data's (None when it is): A or Cmid on the edge of the grid it was
+    searched over (the paper's literal A grid stops at 0.45, so a run whose ceiling is 0.30 came back as A = 0.450,
+    marked identified), or A outside its own interval by more than the grid's step (the interval is the data's
+    likelihood, whatever the method)."""
+    if method not in GRID_METHODS:
+        return None
+    a_grid, cmid_grid = paper.data_grids(p) if method == "paper-data" else (
+        paper.PAPER_A if grids[0] is None else np.asarray(grids[0], dtype=float),
+        paper.PAPER_CMID if grids[1] is None else np.asarray(grids[1], dtype=float))
+    for name, value, grid in (("A", q.A, a_grid), ("Cmid", q.Cmid, cmid_grid)):
+        lo, hi = float(np.min(grid)), float(np.max(grid))
+        if grid.size > 1 and (np.isclose(value, lo, rtol=1e-9, atol=0) or np.isclose(value, hi, rtol=1e-9, atol=0)):
+            return (f"{name} = {value:.4g} is on the edge of the {method} method's {name} grid "
+                    f"[{format_compute(lo) if name == 'Cmid' else f'{lo:.3g}'}, "
+                    f"{format_compute(hi) if name == 'Cmid' else f'{hi:.3g}'}]: the data's optimum lies beyond it")
+    if A_ci is not None:  # beyond the grid's own resolution: a grid's point nearest the optimum may sit a step off
+        step = float(np.max(np.diff(np.sort(a_grid)))) if a_grid.size > 1 else 0.0
+        below = A_ci[0] is not None and not A_open[0] and q.A < A_ci[0] - step
+        above = A_ci[1] is not None and not A_open[1] and q.A > A_ci[1] + step
+        if below or above:
+            return f"A = {q.A:.3f} lies outside its own interval [{A_ci[0]:.3f}, {A_ci[1]:.3f}]"
+    return None
 
 
 def _law(p: vp.Problem, method: str, model: str, grids: Grids, source: str) -> Callable[[Array], Array]:
