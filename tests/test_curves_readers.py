@@ -290,3 +290,63 @@ def test_nested_json_records_are_read_by_their_paths(tmp_path):
         assert load_series(path, x="step", y="train/loss").y[0] == 1.0
     with pytest.raises(UserError, match="eval/gsm8k/acc"):  # the error lists the leaves, not "eval"
         load_series(lines, x="step", y="eval/acc")
+
+
+def test_a_csv_with_a_quote_left_open_is_one_line_naming_it(tmp_path):
+    """An unclosed quote on line 2 swallows the rest of the file into one field, past the CSV reader's limit: a
+    traceback (``_csv.Error: field larger than field limit``) reached the user."""
+    bad = tmp_path / "unbalanced.csv"
+    bad.write_text('step,acc,run\n0,0.1,"grpo\n' + "".join(f"{k},{0.1 + k / 1e5:.4f},grpo\n" for k in range(10, 100000, 10)))
+    with pytest.raises(UserError, match=r"unbalanced.csv: not a readable CSV .*a quote opened and never closed"):
+        load_series(bad, x="step", y="acc")
+    long = tmp_path / "long.csv"
+    long.write_text("step,acc,notes\n0,0.1,a\n1,0.2," + "x" * 200_000 + "\n2,0.3,b\n")
+    with pytest.raises(UserError, match="field longer than the CSV reader takes"):
+        load_series(long, x="step", y="acc")
+
+
+def test_a_resumed_tensorboard_run_keeps_the_last_value_of_each_step(tmp_path):
+    """A run resumed from a checkpoint logs its steps after the checkpoint again, in a second event file: the reader
+    stopped with "compute is not increasing … sort them", which an event file cannot be."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    run = tmp_path / "resumed"
+    first = SummaryWriter(log_dir=str(run), filename_suffix=".a")
+    for step in range(0, 260, 10):
+        first.add_scalar("eval/acc", 0.2 + step / 1000, step)
+    first.close()
+    time.sleep(1.1)  # event files are named by the second they were opened in
+    second = SummaryWriter(log_dir=str(run), filename_suffix=".b")
+    for step in range(200, 410, 10):
+        second.add_scalar("eval/acc", 0.3 + step / 1000, step)  # the resumed run's values differ
+    second.close()
+    s = load_series(run, x="step", y="eval/acc")
+    assert list(s.x) == list(range(0, 410, 10))
+    assert s.y[list(s.x).index(200)] == pytest.approx(0.5) and s.y[list(s.x).index(190)] == pytest.approx(0.39)
+    assert any("6 step(s) logged more than once" in n for n in s.notes)
+
+
+def test_add_scalars_subfolders_are_named_when_the_top_folder_has_none(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    w = SummaryWriter(log_dir=str(tmp_path / "multi"))
+    for step in range(5):
+        w.add_scalars("acc", {"gsm8k": 0.1 * step, "math": 0.05 * step}, step)
+    w.close()
+    with pytest.raises(UserError, match=r"no scalar summaries .*subfolders acc_gsm8k, acc_math hold events"):
+        load_series(tmp_path / "multi", x="step", y="acc")
+    assert load_series(tmp_path / "multi" / "acc_gsm8k", x="step", y="acc").y[-1] == pytest.approx(0.4)
+
+
+def test_a_file_too_large_for_memory_is_one_line(tmp_path, monkeypatch):
+    """An 88 MB metrics.jsonl under a 900 MB memory limit ended in a MemoryError traceback."""
+    from scalerl.curves import readers
+
+    def exhausted(p, text):
+        raise MemoryError
+
+    monkeypatch.setattr(readers, "_jsonl_records", exhausted)
+    big = tmp_path / "big.jsonl"
+    big.write_text("".join(json.dumps({"step": i, "acc": 0.1}) + "\n" for i in range(100)))
+    with pytest.raises(UserError, match=r"big.jsonl: too large to read into memory \(0 MiB\)"):
+        load_series(big, x="step", y="acc")

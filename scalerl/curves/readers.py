@@ -246,12 +246,17 @@ def _existing(path: str | Path) -> Path:
 
 
 def _file_records(p: Path) -> Records:
-    """The rows of a file that is not TensorBoard events: JSON (lines), verl's console log, or a CSV/TSV."""
-    if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) in ("{", "["):
-        return _json_records(p)
-    if p.suffix.lower() not in (".csv", ".tsv") and (console := _console_records(p)) is not None:
-        return console
-    return _csv_records(p)
+    """The rows of a file that is not TensorBoard events: JSON (lines), verl's console log, or a CSV/TSV; a file too
+    large to hold in memory is a one-line error naming it (its rows take several times its size as records)."""
+    try:
+        if p.suffix.lower() in (".jsonl", ".json", ".ndjson") or _first_char(p) in ("{", "["):
+            return _json_records(p)
+        if p.suffix.lower() not in (".csv", ".tsv") and (console := _console_records(p)) is not None:
+            return console
+        return _csv_records(p)
+    except MemoryError:
+        raise UserError(f"{p}: too large to read into memory ({p.stat().st_size / 2**20:.0f} MiB); keep the columns "
+                        "to fit (e.g. the step and the reward) in a smaller file") from None
 
 
 def _latest_checkpoint_state(p: Path) -> Path | None:
@@ -412,9 +417,13 @@ def _console_records(p: Path) -> Records | None:
 def _csv_records(p: Path) -> Records:
     with open(p, newline="", encoding="utf-8-sig", errors="replace") as fh:
         reader = csv.reader(fh, delimiter="\t" if p.suffix.lower() == ".tsv" else ",")
-        header = next(reader, [])
-        columns, renamed = _unique_columns(header)
-        rows = [(i + 2, dict(zip(columns, values))) for i, values in enumerate(reader) if values]
+        try:
+            header = next(reader, [])
+            columns, renamed = _unique_columns(header)
+            rows = [(i + 2, dict(zip(columns, values))) for i, values in enumerate(reader) if values]
+        except csv.Error as exc:  # an unclosed quote swallows the rest of the file into one field, past the limit
+            raise UserError(f"{p}: not a readable CSV (stopped at line {reader.line_num}: {exc}); a quote opened and "
+                            "never closed before there, or a field longer than the CSV reader takes") from None
     if not columns:
         raise UserError(f"{p}: no header row; a CSV needs column names on its first line")
     if not rows:
@@ -517,14 +526,29 @@ def _from_tensorboard(path: Path, x: str, y: str) -> Series:
         raise UserError(f"{path}: not a readable TensorBoard event file ({type(exc).__name__}: {exc})") from None
     tags = list(acc.Tags().get(event_accumulator.SCALARS, []))
     if not tags:
-        raise UserError(f"{path}: no scalar summaries in the TensorBoard events")
+        below = sorted({d.relative_to(path).parts[0] for d in _event_dirs(path) if d != path}) if path.is_dir() else []
+        hint = (f"; its subfolders {', '.join(below[:4])}{', …' if len(below) > 4 else ''} hold events (add_scalars "
+                "writes one folder per curve): give the one you mean") if below else ""
+        raise UserError(f"{path}: no scalar summaries in the TensorBoard events{hint}")
     columns = tags + list(TB_PSEUDO_COLUMNS)
     yt = resolve_column(y, tags, path)
-    y_events = acc.Scalars(yt)
+    y_events, notes = _latest_per_step(acc.Scalars(yt), path)
     if x in TB_PSEUDO_COLUMNS:
         t0 = y_events[0].wall_time if y_events else 0.0
         xv = {e.step: (e.step if x == "step" else e.wall_time - t0) for e in y_events}
     else:
-        xv = {e.step: e.value for e in acc.Scalars(resolve_column(x, columns, path))}
+        xv = {e.step: e.value for e in acc.Scalars(resolve_column(x, columns, path))}  # later events win, as for y
     points = [(i + 1, xv.get(e.step), e.value) for i, e in enumerate(y_events)]
-    return _series(path, x, y, points, [])
+    return _series(path, x, y, points, notes)
+
+
+def _latest_per_step(events: list[Any], path: Path) -> tuple[list[Any], list[str]]:
+    """A scalar's events in step order, the last written kept where a step was logged more than once: a run resumed
+    from a checkpoint logs its steps after the checkpoint again, in a new event file (TensorBoard draws both; the
+    values the run went on from are the later ones). A note says how many steps were logged again."""
+    latest = {e.step: e for e in events}  # in the order TensorBoard read them: event files by name, i.e. by time
+    if len(latest) == len(events):
+        return list(events), []
+    again = len(events) - len(latest)
+    return sorted(latest.values(), key=lambda e: e.step), [
+        f"{path}: {again} step(s) logged more than once (a resumed run?); the last value written for each is read"]
