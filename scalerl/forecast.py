@@ -73,7 +73,8 @@ def describe_trust(fit: dict[str, Any]) -> str:
     not describe the run."""
     trust = fit.get("trust") or {}
     text = trust.get("summary", "no trust record")
-    return text if fit.get("reliable", True) else text + "; Eq. 1 does not describe this run: " + "; ".join(
+    law = "the power law" if fit.get("model") == "power" else "Eq. 1"
+    return text if fit.get("reliable", True) else text + f"; {law} does not describe this run: " + "; ".join(
         trust.get("warnings") or ["see the warnings"])
 
 

@@ -522,3 +522,17 @@ def test_reliable_is_the_fits_own_whichever_computes_are_asked_for():
     for a in ((), (260.0,), (260.0, 520.0)):
         f = fit_curve(x, y, fit_until=160, predict_at=list(a), source="aime")
         assert not f.reliable and any("outside anything the window supports" in w for w in f.trust["warnings"])
+
+
+def test_the_power_laws_exponent_at_its_search_bound_is_flagged():
+    """With ``--model power`` an exponent at its search bound (0.05 on a published GSM8K run whose sigmoid fit puts
+    B at its bound too) was printed as a reliable forecast; the sigmoid's was flagged."""
+    from scalerl.curves import load_series
+
+    s = load_series(Path(__file__).resolve().parents[1] / "bench" / "curves" / "data" / "amd_deepseek-7b_grpo_gsm8k.csv",
+                    x="step", y="value")
+    f = fit_curve(s.x, s.y, model="power", source="amd")
+    assert f.B == pytest.approx(0.05) and not f.reliable and not f.identified
+    assert any("the power law does not describe this window: the power law's exponent B = 0.05 is at its search bound"
+               in w for w in f.warnings)
+    assert f.forecaster.weight == 0.0  # the forecast holds the current level

@@ -315,7 +315,7 @@ def forecast_lines(f: "FitResult", name: str | None = None) -> str:
 
             why = "; ".join((f.trust or {}).get("warnings") or ["see the warnings"])
             weight = f.forecaster.weight if f.forecaster is not None else 1.0
-            lines.append(f"{name}: UNRELIABLE, Eq. 1 does not describe this run ({why}); the forecast "
+            lines.append(f"{name}: UNRELIABLE, {f.law} does not describe this run ({why}); the forecast "
                          f"{following(weight)}: {preds} (80% band)")
     if f.target:
         lines.append(f"{name} target {f.target['y']:g}: {f.target['note']}")

@@ -126,6 +126,11 @@ class FitResult:
             return ""
         return format_interval(self.A_ci, self.A_ci_open)
 
+    @property
+    def law(self) -> str:
+        """The law fitted, in words: "Eq. 1", or "the power law" (App. A.4) with ``model="power"``."""
+        return "the power law" if self.model == "power" else "Eq. 1"
+
     def format_A(self) -> str:
         """:func:`format_A` of this fit; the power law's A with the note that it has no interval."""
         if self.model == "power" and not self.A_fixed:
@@ -472,8 +477,8 @@ def _interval_ends(p: vp.Problem, q: vp.Params, grid: vp.Grid,
 
 
 def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
-    """Why Eq. 1 does not describe the window (empty when it does): B or Cmid at its search bound, A fitted
-    below values already seen, or a reward that falls."""
+    """Why Eq. 1 (or the power law, with ``--model power``) does not describe the window (empty when it does): B or
+    Cmid at its search bound, A fitted below values already seen, or a reward that falls."""
     why = []
     if r.model == "sigmoid":
         (blo, bhi), (clo, chi) = p.log_B_bounds, p.log_Cmid_bounds
@@ -481,6 +486,10 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
             why.append(f"B = {r.B:.3g} is at its search bound (a step, not a sigmoid)")
         if min(abs(np.log(r.Cmid) - clo), abs(np.log(r.Cmid) - chi)) < BOUND_TOL * (chi - clo):
             why.append(f"Cmid = {format_compute(r.Cmid)} is at its search bound")
+    elif r.model == "power":  # the exponent is searched over the same range as Eq. 1's B (scalerl/curves/power.py)
+        blo, bhi = np.log(vp.B_RANGE[0]), np.log(vp.B_RANGE[1])
+        if min(abs(np.log(r.B) - blo), abs(np.log(r.B) - bhi)) < BOUND_TOL * (bhi - blo):
+            why.append(f"the power law's exponent B = {r.B:.3g} is at its search bound")
     sigma = float(np.sqrt(now.noise + now.var + now.drift))
     top = r.A_ci[1] if r.A_ci is not None and r.A_ci[1] is not None and not r.A_fixed else r.A
     if r.model == "sigmoid" and top < now.level - 2 * sigma:
@@ -544,7 +553,7 @@ def _attach_forecast(r: FitResult, p: vp.Problem, refit: Callable[[Array, Array]
         r.reliable = False
         if r.identified and not r.A_fixed:
             r.identified = False
-        r.warnings.append(f"{r.source}: Eq. 1 does not describe this window: {'; '.join(why)}; "
+        r.warnings.append(f"{r.source}: {r.law} does not describe this window: {'; '.join(why)}; "
                           "the forecast holds the current level and A is not identified")
     r.trust = trust.trust_json(bt, p.x.size, weight, why, ruler)
 

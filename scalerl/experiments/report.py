@@ -139,7 +139,7 @@ def _forecast_table(runs: list[RunAnalysis]) -> str:
         trust = r.fit.trust or {}
         note = _esc(trust.get("summary", ""))
         if not r.fit.reliable:
-            note = ('<span class="bad">unreliable: Eq. 1 does not describe this run (' +
+            note = (f'<span class="bad">unreliable: {r.fit.law} does not describe this run (' +
                     _esc("; ".join(trust.get("warnings") or [])) + ")</span> " + note)
         rows.append(([_esc(r.name), f"{r.x_max:.3g}", f"{r.y_last:.3f}", *cells, note], ""))
     return _table(["run", "compute so far", "last reward", "forecast at 2× (80% band)", "forecast at 10× (80% band)",
