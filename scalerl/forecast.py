@@ -8,8 +8,9 @@ The evaluation at zero compute is the initial reward R0 (docs/architecture.md). 
 
 Beside A, each update logs the trust signal (:mod:`scalerl.curves.trust`): ``forecast/trust_err`` (how well the
 forecast predicted the last 40 % of the evaluations so far from the first 60 %), ``forecast/carry_forward_err``
-(the same for carrying the last value forward), ``forecast/better_than_ruler`` and ``forecast/reliable`` (0 when
-Eq. 1 does not describe the run: a step, a fall, A below the current level). ``fit.json`` holds each fit's
+(the same for carrying the last value forward), ``forecast/better_than_ruler`` (these three only once the window
+has enough evaluations for a track record) and ``forecast/reliable`` (0 when Eq. 1 does not describe the run: a
+step, a fall, A below the current level, a forecast that leaves what the data support). ``fit.json`` holds each fit's
 ``trust`` object, and each prediction its 80 % band (``lo_80``, ``hi_80``).
 
 A fit that has not identified A (the run has not passed Cmid, or the interval on A is open at the top) is shown
@@ -57,14 +58,17 @@ def describe_record(record: dict[str, Any]) -> str | None:
     if record.get("forecast/A") is None:
         return None
     past = record.get("compute/device_hours", 0.0) >= record.get("forecast/Cmid", float("inf"))
+    reliable = record.get("forecast/reliable") != 0.0
     text = describe_A(record["forecast/A"], record.get("forecast/A_lo"), record.get("forecast/A_hi"),
-                      bool(record.get("forecast/identified")), past)
+                      bool(record.get("forecast/identified")), past, reliable=reliable)
     err, ruler = record.get("forecast/trust_err"), record.get("forecast/carry_forward_err")
     if err is not None and ruler is not None:
         verdict = "beats" if err < ruler else "does not beat"
         text += f"; forecast {verdict} a ruler on this run's past ({err:.3f} vs {ruler:.3f})"
-    if record.get("forecast/reliable") == 0.0:
-        text += "; the forecast is unreliable (fit.json's trust.warnings say why)"
+    else:
+        text += "; no track record yet (too few evaluations to backtest the forecast on this run's past)"
+    if not reliable:
+        text += "; the forecast is unreliable (`scalerl fit` on the run directory says why)"
     return text
 
 
@@ -163,7 +167,10 @@ class Forecaster:
             "forecast/R0": fit.R0,
             "forecast/identified": float(fit.identified),
             "forecast/reliable": float(fit.reliable),
-            "forecast/better_than_ruler": float(bool(trust.get("better_than_ruler"))),
+            # with no track record (too few evaluations for the inner backtest) there is no verdict: 0 would read
+            # as "lost to the ruler"
+            **({"forecast/better_than_ruler": float(bool(trust.get("better_than_ruler")))}
+               if trust.get("forecast_err") is not None else {}),
             **{f"forecast/{k}": trust[j] for k, j in (("trust_err", "forecast_err"), ("carry_forward_err",) * 2)
                if trust.get(j) is not None},
             **out,

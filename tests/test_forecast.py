@@ -29,7 +29,8 @@ def test_live_display_shows_the_bound_not_the_search_limit():
     display = RunDisplay(load_config(), enabled=True, console=Console(file=out, width=200))
     record = {"step": 300, "val/pass_rate": 0.494, "compute/device_hours": 0.2, "forecast/A": 1.0,
               "forecast/A_lo": 0.399, "forecast/A_hi": 1.0, "forecast/Cmid": 1.015, "forecast/identified": 0.0}
-    assert describe_record(record) == "A ≥ 0.40, not identified yet: the run has not passed Cmid"
+    assert describe_record(record) == ("A ≥ 0.40, not identified yet: the run has not passed Cmid; no track record yet "
+                                       "(too few evaluations to backtest the forecast on this run's past)")
     with display:
         display.start(300, {})
         display.eval(record)
@@ -192,3 +193,42 @@ def test_describe_fit_gives_the_reason_A_is_not_identified():
     assert describe_fit({**base, "Cmid": 20.0}).endswith("the run has not passed Cmid")
     unbounded = {**base, "A_ci": [None, None], "A_ci_open": [True, True]}
     assert describe_fit(unbounded) == "A not identified yet: the interval on A is open at the top"  # not "A ≥ 0.00"
+
+
+def test_a_metrics_line_gives_the_reason_and_no_verdict_without_a_track_record():
+    """The live line said "the interval on A is open at the top" for a fit flagged unreliable because B was at its
+    bound, pointed to a fit.json that is written only at the end of the run, and logged better_than_ruler = 0 for a
+    fit with no track record (read as "lost to the ruler")."""
+    record = {"step": 10, "compute/device_hours": 0.2, "forecast/A": 0.8, "forecast/A_lo": 0.6, "forecast/A_hi": 1.0,
+              "forecast/Cmid": 0.1, "forecast/identified": 0.0, "forecast/reliable": 0.0}
+    line = describe_record(record)
+    assert "not identified yet: Eq. 1 does not describe this run" in line and "open at the top" not in line
+    assert "no track record yet" in line and "`scalerl fit` on the run directory says why" in line
+    assert "fit.json" not in line
+    fc = Forecaster(ForecastConfig(min_points=4))
+    x, y = _curve(n=4)
+    keys = {}
+    for c, v in zip(x, y):
+        keys = fc.update(float(c), float(v))
+    assert fc.last_fit.trust["forecast_err"] is None  # four points: too few for the inner backtest
+    assert "forecast/A" in keys and "forecast/better_than_ruler" not in keys and "forecast/trust_err" not in keys
+    x, y = _curve()
+    fc = Forecaster(ForecastConfig())
+    for c, v in zip(x, y):
+        keys = fc.update(float(c), float(v))
+    assert keys["forecast/better_than_ruler"] == float(keys["forecast/trust_err"] < keys["forecast/carry_forward_err"])
+
+
+def test_the_end_of_a_training_run_prints_the_trust_line(tmp_path, capsys):
+    """``scalerl train`` ended with the forecast's A, B, Cmid and no word of how the forecast did on the run's own
+    past, which fit.json, ``scalerl fit`` and the run card all give."""
+    from scalerl.commands.train import print_summary
+
+    x, y = _curve()
+    fc = Forecaster(ForecastConfig())
+    for c, v in zip(x, y):
+        fc.update(float(c), float(v))
+    summary = fc.write_final(tmp_path, "t")
+    print_summary(tmp_path, summary)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"trust: {summary['fit']['trust']['summary']}" in out

@@ -62,6 +62,10 @@ def test_broken_runs_are_named_and_the_others_reported(sweep_dir, tmp_path, caps
     # self-contained: three embedded PNGs, nothing fetched
     assert html.count('src="data:image/png;base64,') == 3
     assert not re.search(r"(src|href)=\"(?!data:)", html) and "http" not in html
+    # the legend gives every reason a fit is not identified, not only "has not passed Cmid" (a run past Cmid whose
+    # interval is open at the top was read as one that had not got there)
+    flat = " ".join(html.split())
+    assert "the interval is open at the top" in flat and "has not passed Cmid, so A is not pinned down yet" not in flat
 
 
 def test_no_usable_run_is_a_user_error_and_writes_nothing(tmp_path):

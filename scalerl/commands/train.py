@@ -148,6 +148,9 @@ def _fit_line(fit: dict, unit: str = "") -> str:
 
 def print_summary(out: Path, summary: dict) -> None:
     """The run's outcome on stdout: where the files are and the fitted forecast."""
+    from rich.markup import escape
+
+    from scalerl.forecast import describe_trust
     from scalerl.progress import make_console
 
     console = make_console()
@@ -160,6 +163,7 @@ def print_summary(out: Path, summary: dict) -> None:
         console.print(f"wrote the run card {out / 'README.md'}")
         return
     console.print(f"forecast: {_fit_line(fit, ' ' + fit['x'])}")
+    console.print(f"trust: {escape(describe_trust(fit))}")  # how the forecast did on the run's own past (#26)
     for domain, domain_fit in (summary.get("domains") or {}).items():
         console.print(f"  domain {domain}: {_fit_line(domain_fit) if domain_fit else 'too few evaluations to fit'}")
     check = summary.get("extrapolation") or {}

@@ -258,7 +258,9 @@ to 10× the run's compute. A higher A raises the ceiling; a higher B and a small
 {_domains_section(a, figures.get("domains", ""))}
 <p class="note">A interval: {a.ci_level:.0%} profile-likelihood interval, widened for autocorrelated
 evaluation noise (scalerl.curves); “open” means the data do not bound that end. “identified: no” means the
-run has not passed Cmid, so A is not pinned down yet.</p>
+data do not pin A down yet: the run has not passed Cmid, or too few evaluations lie past it, or the interval is open
+at the top (a plateau whose noise leaves room above), or Eq. 1 does not describe the run (a fall, a step); each
+run's reason is in <code>scalerl fit</code> on its directory.</p>
 <h2>Held-out extrapolation check</h2>
 {_heldout_table(a.runs)}
 <p class="note">As in §4 (fit up to 8k GPU-h, check at 16k): each run is refitted on the first half of
@@ -269,7 +271,8 @@ its compute, and that curve is scored on the evaluations of the second half it d
 <p class="note">The paper's rule (App. A.5, A.8): compare A first; A values within ±{a.margin:g} are treated as equal,
 those runs are refitted with their mean A, and the higher B ranks first. Shaded rows are ties. A run whose A is not
 identified has only a lower bound on A: it is placed by that bound, after the identified runs it does not beat by more
-than the margin.</p>
+than the margin. A run whose data bound A nowhere (no interval, or one open below) is not ranked: it is listed
+last, by name.</p>
 <h2>Linearised slopes at a common A</h2>
 {fig("slopes", "log F(R) against log C at a common A")}
 <p class="note">Fig. 7: with A fixed, F(R) = Cmid^B / ((A − R0)/(R − R0) − 1) equals C^B on the curve,
