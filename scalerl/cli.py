@@ -14,7 +14,7 @@ from typing import NoReturn
 
 import typer
 
-from scalerl.errors import UserError
+from scalerl.errors import UserError, printable
 
 app = typer.Typer(
     name="scalerl",
@@ -63,7 +63,7 @@ def _usage_line(exc: BaseException) -> str:
 
 def fail(message: str, code: int = UserError.exit_code) -> NoReturn:
     """The one place a user mistake ends the program: one line on stderr, then ``code`` (2 by default)."""
-    print(" ".join(str(message).split()), file=sys.stderr)
+    print(printable(" ".join(str(message).split())), file=sys.stderr)
     sys.exit(code)
 
 

@@ -10,6 +10,18 @@ from pathlib import Path
 from typing import Any
 
 
+# C0 controls but tab and newline, and DEL: shown as their escapes
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F) if c not in (0x09, 0x0A)}
+
+
+def printable(text: str) -> str:
+    """``text`` with terminal control characters (ESC, BEL, carriage return, ...; not tab or newline) written as
+    ``\\x1b`` etc.: a column
+    name or a run name read from a file reaches the terminal in messages and tables, and an escape sequence in it
+    would act there (clear the screen, move the cursor) instead of being seen."""
+    return text.translate(_CONTROL)
+
+
 class UserError(Exception):
     """A mistake in what the user asked for (bad path, bad column, bad config value, too few points).
 

@@ -349,3 +349,46 @@ def test_a_table_title_is_centred_over_the_table_in_a_log(capsys):
     assert code == 0 and title.strip() == "Eq. 1 fits (method vp)" and top.startswith("┏")
     left = len(title) - len(title.lstrip())
     assert abs((left + len(title.strip()) / 2) - len(top) / 2) <= 1
+
+
+def test_percentages_fitted_with_bounds_off_get_the_hint(tmp_path, capsys):
+    """The bounds error names --y-scale 0.01 for values in [0, 100]; a user who passed --no-bounds instead had
+    percentages fitted as rewards, A = 73.7, with no word."""
+    x = np.arange(0, 1001, 20)
+    y = 100 * (0.2 + 0.5 / (1 + (300 / np.maximum(x, 1e-9)) ** 1.5)) + np.random.default_rng(0).normal(0, 1, x.size)
+    path = tmp_path / "pct.csv"
+    path.write_text("step,acc\n" + "".join(f"{a},{b:.3f}\n" for a, b in zip(x, y)))
+    code, out, err = run(["fit", path, "--x", "step", "--y", "acc", "--no-bounds", "--json"], capsys)
+    fit = json.loads(out)["fits"][0]
+    assert code == 0 and any("if they are percentages, --y-scale 0.01" in w for w in fit["warnings"])
+    code, out, err = run(["fit", path, "--x", "step", "--y", "acc", "--y-scale", "0.01", "--json"], capsys)
+    assert code == 0 and not any("percentages" in w for w in json.loads(out)["fits"][0]["warnings"])
+    # rewards such as ±1 with bounds off: no hint
+    path.write_text("step,r\n" + "".join(f"{a},{2 * b / 100 - 1:.4f}\n" for a, b in zip(x, y)))
+    code, out, err = run(["fit", path, "--x", "step", "--y", "r", "--no-bounds", "--json"], capsys)
+    assert code == 0 and not any("percentages" in w for w in json.loads(out)["fits"][0]["warnings"])
+
+
+def test_a_control_sequence_in_a_files_names_is_shown_not_obeyed(tmp_path, capsys):
+    """A CSV header holding ESC [2J cleared the terminal through the "no column" error; a run named with one did the
+    same through the table and the warnings."""
+    bad = tmp_path / "esc.csv"
+    bad.write_text("step,\x1b[2Jacc\n0,0.1\n1,0.2\n2,0.3\n3,0.4\n4,0.45\n5,0.5\n")
+    code, out, err = run(["fit", bad, "--x", "step", "--y", "acc"], capsys)
+    assert code == 2 and "\x1b" not in err and "\\x1b[2Jacc" in err and len(err.strip().splitlines()) == 1
+    named = tmp_path / "run\x1b[2J.csv"
+    x = np.arange(0, 1001, 20)
+    y = 0.2 + 0.5 / (1 + (300 / np.maximum(x, 1e-9)) ** 1.5)
+    named.write_text("step,acc\n" + "".join(f"{a},{b:.4f}\n" for a, b in zip(x, y)))
+    code, out, err = run(["fit", named, "--x", "step", "--y", "acc", "--fit-until", "0.1"], capsys)
+    assert code == 0 and "\x1b" not in out + err and "\\x1b[2J" in out
+
+
+def test_a_level_prints_as_given_and_the_power_laws_count_names_its_parameters(tmp_path, capsys):
+    from scalerl.curves.fit import format_level
+
+    assert (format_level(0.95), format_level(0.9), format_level(0.999999)) == ("95%", "90%", "99.9999%")  # not "100%"
+    three = tmp_path / "three.csv"
+    three.write_text("step,acc\n0,0.1\n10,0.2\n20,0.3\n")
+    code, out, err = run(["fit", three, "--x", "step", "--y", "acc", "--model", "power"], capsys)
+    assert code == 2 and "the power law has 3 free parameters here (A, D and B)" in err and "Eq. 1" not in err

@@ -8,10 +8,13 @@ from typing import Any
 
 def add_row(table: Any, *cells: str) -> None:
     """A rich table row whose cells are shown as written: rich reads text such as ``[open, 0.62]`` (an interval,
-    a run's name, a config value, an error message) as a markup tag and prints nothing, so every cell is escaped."""
+    a run's name, a config value, an error message) as a markup tag and prints nothing, so every cell is escaped,
+    and a terminal control character in one (an escape sequence in a file's column name) is shown, not obeyed."""
     from rich.markup import escape
 
-    table.add_row(*(escape(c) for c in cells))
+    from scalerl.errors import printable
+
+    table.add_row(*(escape(printable(c)) for c in cells))  # and no terminal control sequence from a file acts
 
 
 MAX_TABLE_WIDTH = 300  # a table wider than its console is widened to at most this, unless its values need more

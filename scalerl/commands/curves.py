@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 
 from scalerl.commands import add_row, print_table
-from scalerl.errors import UserError, check_number, check_writable_file
+from scalerl.errors import UserError, check_number, check_writable_file, printable
 
 if TYPE_CHECKING:
     from scalerl.curves import FitResult
@@ -232,7 +232,7 @@ def _interval(f: "FitResult") -> str:
 
 def _print_warnings(messages: list[str]) -> None:
     for w in dict.fromkeys(messages):
-        typer.echo(f"warning: {w}", err=True)
+        typer.echo(printable(f"warning: {w}"), err=True)
 
 
 def _emit_json(obj: Any) -> None:
@@ -255,13 +255,13 @@ def _print_fits(fits: list["FitResult"]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from scalerl.curves.fit import format_compute as _c
+    from scalerl.curves.fit import format_compute as _c, format_level
     from scalerl.curves.plot import display_names
 
     names = display_names([f.source for f in fits])
     power = fits[0].model == "power"
     table = Table(title="power-law fits, R = A − D·C^(−B) (App. A.4)" if power else f"Eq. 1 fits (method {fits[0].method})")
-    cols = ("run", "n", "window", "R0", "A", f"{fits[0].ci_level:.0%} interval", "identified", "B", "Cmid", "RMSE")
+    cols = ("run", "n", "window", "R0", "A", f"{format_level(fits[0].ci_level)} interval", "identified", "B", "Cmid", "RMSE")
     for col in cols + ("held-out |err| mean / max", "beats ruler"):
         table.add_column(col, **_column(col))
     for f, name in zip(fits, names):
@@ -284,7 +284,7 @@ def _print_fits(fits: list["FitResult"]) -> None:
     console = _console()
     print_table(table, console)
     for f, name in zip(fits, names):
-        console.print(escape(forecast_lines(f, name)))
+        console.print(escape(printable(forecast_lines(f, name))))
 
 
 def _beats_ruler(f: "FitResult") -> str:

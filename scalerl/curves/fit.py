@@ -19,7 +19,7 @@ import numpy as np
 from scipy.special import ndtri
 
 from scalerl.curves import paper, power, trust, uncertainty, vp
-from scalerl.curves.series import FitError, Series, TooFewPoints, check
+from scalerl.curves.series import FitError, Series, TooFewPoints, check, looks_like_percent
 from scalerl.curves.sigmoid import Array, power_law, sigmoid, sigmoid_inverse
 from scalerl.errors import UserError
 from scalerl.registry import Registry
@@ -341,7 +341,8 @@ def fit_curve(
 
     mask = window_mask(xa, fit_from, fit_until)
     p = vp.Problem(xa[mask], ya[mask], R0=R0_val, A=A, bounded=bounded)
-    _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, A), source, fit_from, fit_until)
+    _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, A), source, fit_from, fit_until,
+                  "Eq. 1" if model == "sigmoid" else "the power law")
     lo_x, hi_x = float(p.x.min()), float(p.x.max())
     grids: Grids = (a_grid, cmid_grid)
     D = None
@@ -375,7 +376,7 @@ def fit_curve(
             )
         elif A_open[1]:
             warnings.append(
-                f"{source}: the {level:.0%} interval on A is open at the top: the noise is too large for this "
+                f"{source}: the {format_level(level)} interval on A is open at the top: the noise is too large for this "
                 "window to pin A down"
             )
         off_grid = _off_grid(p, q, method, grids, A_ci, A_open) if A is None else None
@@ -383,6 +384,9 @@ def fit_curve(
             identified = False
             warnings.append(f"{source}: {off_grid}: A is not identified; use --method vp (or widen --a-grid/--cmid-grid)")
 
+    if not bounded and looks_like_percent(ya):  # the bounds error's hint, for a user who passed --no-bounds instead
+        warnings.append(f"{source}: rewards from {ya.min():g} to {ya.max():g} fitted as they are (bounds off); if they "
+                        "are percentages, --y-scale 0.01 (or dividing them by 100) reads them as pass rates with bounds on")
     fitted = power_law(p.x, q.A, D, q.B) if D is not None else sigmoid(p.x, q.R0, q.A, q.B, q.Cmid)
     resid = p.y - fitted
     sse = float(resid @ resid)
@@ -455,7 +459,8 @@ def _off_grid(p: vp.Problem, q: vp.Params, method: str, grids: Grids,
 
 def _law(p: vp.Problem, method: str, model: str, grids: Grids, source: str) -> Callable[[Array], Array]:
     """The law fitted to ``p`` without interval or forecast (the inner backtest's refit on a prefix)."""
-    _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, p.A), source, None, None)
+    _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, p.A), source, None, None,
+                  "Eq. 1" if model == "sigmoid" else "the power law")
     if model == "power":
         w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
         return lambda c: power_law(c, w.A, w.D, w.B)
@@ -637,6 +642,12 @@ def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, 
     return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
 
 
+def format_level(level: float) -> str:
+    """A confidence level as a percentage, as precise as it was given (0.95 → "95%", 0.999999 → "99.9999%", not
+    "100%")."""
+    return f"{100 * level:.6g}%"
+
+
 def format_A(A: float, lo: float | None, identified: bool) -> str:
     """A for a table: the estimate when identified, else the lower end of its interval as a bound (an unidentified
     fit's A is where the search stopped, not an estimate), or "not bounded" when the data give no lower end (an
@@ -655,13 +666,16 @@ def fit_series(series: Series, **kwargs: Any) -> FitResult:
     return res
 
 
-def _check_window(p: vp.Problem, source: str, fit_from: float | None, fit_until: float | None) -> None:
+def _check_window(p: vp.Problem, source: str, fit_from: float | None, fit_until: float | None,
+                  law: str = "Eq. 1") -> None:
     n, k = p.x.size, p.n_params
     what = f"the fit window [{fit_from if fit_from is not None else 0:g}, {fit_until if fit_until is not None else 'end'}]"
     why = "R0 fixed from the point at compute 0" if p.R0 is not None else "R0 fitted: no point at compute 0"
+    if law != "Eq. 1":  # the power law: A (unless fixed), D and B
+        why = "D and B; A fixed" if p.A is not None else "A, D and B"
     if n < k or np.unique(p.x).size < k:
         raise TooFewPoints(
-            f"{source}: only {np.unique(p.x).size} distinct compute values in {what}; Eq. 1 has {k} free parameters "
+            f"{source}: only {np.unique(p.x).size} distinct compute values in {what}; {law} has {k} free parameters "
             f"here ({why}); widen the window or evaluate more often"
         )
     if np.ptp(p.y) == 0:

@@ -30,6 +30,12 @@ MAX_ABS_REWARD = 1e12
 PERCENT_HINT = "; values in [0, 100] read as percentages with --y-scale 0.01 (or divide them by 100)"
 
 
+def looks_like_percent(y: np.ndarray) -> bool:
+    """Whether rewards look like percentages: all in [0, 100] and some above 2 (1.05 is a reward with a bonus, 52.4
+    a percentage)."""
+    return bool(y.size) and float(np.min(y)) >= 0 and 2 < float(np.max(y)) <= 100
+
+
 class TooFewPoints(FitError):
     """Fewer points in the fit window than Eq. 1 has free parameters."""
 
@@ -83,7 +89,7 @@ def check(x: Array, y: Array, rows: Array, *, bounded: bool, source: str = "the 
         out = np.flatnonzero((y < 0) | (y > 1))
         if out.size:
             i = out[0]
-            percent = y.min() >= 0 and 2 < y.max() <= 100  # 1.05 is a reward with a bonus, 52.4 a percentage
+            percent = looks_like_percent(y)
             raise FitError(
                 f"reward {y[i]:g} at row {rows[i]} of {source} is outside [0, 1] while bounds are on; "
                 f"pass --no-bounds (bounded=False) for rewards such as ±1{PERCENT_HINT if percent else ''}"

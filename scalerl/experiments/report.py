@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from scalerl.atomic import write_text
-from scalerl.curves import format_A
+from scalerl.curves.fit import format_A, format_level
 from scalerl.errors import UserError
 from scalerl.experiments.analysis import FORECAST_FACTORS, A_interval, Analysis, RunAnalysis, analyse
 from scalerl.experiments.figures import (
@@ -256,7 +256,7 @@ to 10× the run's compute. A higher A raises the ceiling; a higher B and a small
 <h2>Fitted parameters</h2>
 {_fits_table(a.runs)}
 {_domains_section(a, figures.get("domains", ""))}
-<p class="note">A interval: {a.ci_level:.0%} profile-likelihood interval, widened for autocorrelated
+<p class="note">A interval: {format_level(a.ci_level)} profile-likelihood interval, widened for autocorrelated
 evaluation noise (scalerl.curves); “open” means the data do not bound that end. “identified: no” means the
 data do not pin A down yet: the run has not passed Cmid, or too few evaluations lie past it, or the interval is open
 at the top (a plateau whose noise leaves room above), or Eq. 1 does not describe the run (a fall, a step); each
