@@ -536,3 +536,26 @@ def test_the_power_laws_exponent_at_its_search_bound_is_flagged():
     assert any("the power law does not describe this window: the power law's exponent B = 0.05 is at its search bound"
                in w for w in f.warnings)
     assert f.forecaster.weight == 0.0  # the forecast holds the current level
+
+
+def test_a_steady_decline_after_the_peak_is_flagged_and_a_settling_plateau_is_not():
+    """A run that rose to 0.55 and then lost a quarter of its gain over most of its training was fitted with "A ≥ 0.403",
+    reliable, the only warning blaming noise: the collapse test (:func:`falls`) reads a steady trend's successive
+    differences as noise. A dense published plateau that settles 0.016 below its best stays identified."""
+    from scalerl.curves import load_series
+    from scalerl.curves.fit import declines
+    from scalerl.curves.sigmoid import sigmoid
+
+    s = np.arange(0, 1001, 20, dtype=float)
+    y = sigmoid(s, 0.2, 0.6, 2, 100) - 0.15 * np.clip((s - 300) / 700, 0, 1)
+    y = y + np.random.default_rng(10).normal(0, 0.02, s.size)
+    y[0] = 0.2
+    f = fit_curve(s, y, source="risefall")
+    assert not f.reliable and not f.identified and f.forecaster.weight == 0.0
+    assert any("the reward declines after its peak" in w for w in f.trust["warnings"])
+    clean = sigmoid(s, 0.2, 0.6, 2, 100) + np.random.default_rng(10).normal(0, 0.02, s.size)
+    assert declines(s, clean) is None  # the same run without the decline
+    root = Path(__file__).resolve().parents[1] / "bench" / "curves" / "holdout2" / "data"
+    dense = load_series(root / "dg_qwen25-05b-instruct_grpo-nobranch_gsm8k.csv", x="step", y="value")
+    g = fit_curve(dense.x, dense.y, fit_until_fraction=0.5, source="dense")
+    assert g.identified and g.reliable

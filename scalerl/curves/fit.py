@@ -45,6 +45,10 @@ JUMP_SUSTAINED = 0.15  # ... still rising: at least this share of it after its m
 FALL_NOISE = 10.0  # a collapse: the last evaluation this many noise σ below the window's best mean of 3 (no excursion of noise, even heavy-tailed, gets there)
 FALL_GIVEN_BACK = 0.5  # ... or a sustained fall that gives back more than this share of the rise before it
 FALL_GIVEN_BACK_NOISE = 5.0  # ... with the last two evaluations each this many σ below the peak
+DECLINE_POINTS = 8  # a steady decline (:func:`declines`) is read from at least this many evaluations after the peak
+DECLINE_T = 5.0  # ... whose least-squares slope is this many standard errors below 0
+DECLINE_NOISE = 3.0  # ... the last quarter this many noise σ below the peak
+DECLINE_GIVEN_BACK = 0.2  # ... giving back at least this share of the rise to the peak
 START_NOISE = 3.0  # a window whose last quarter is this many noise σ below the reward at compute 0 has fallen (Eq. 1 cannot)
 MIN_PAST_CMID = 3  # A is called identified only with at least this many evaluations past Cmid (one pins nothing)
 BOUND_TOL = 1e-3  # relative distance to a search bound at which B or Cmid counts as "at the bound"
@@ -499,6 +503,8 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
     top = r.A_ci[1] if r.A_ci is not None and r.A_ci[1] is not None and not r.A_fixed else r.A
     if r.model == "sigmoid" and top < now.level - 2 * sigma:
         why.append(f"A = {r.A:.3f} (interval top {top:.3f}) is below the run's current level ({now.level:.3f})")
+    if not now.held and (decline := declines(p.x, p.y)):
+        why.append(decline)
     if now.held:  # the level is held because the reward falls (:func:`falls`, in :func:`_attach_forecast`)
         peak = best_of_3(p.y)[1]
         why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); Eq. 1 cannot fall")
@@ -511,6 +517,35 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
             why.append(f"the reward (last quarter {tail:.3f}) has fallen below its value at compute 0 ({r.R0:.3f}); "
                        "Eq. 1 cannot fall")
     return why
+
+
+def declines(x: Array, y: Array) -> str | None:
+    """Why the reward declines steadily after its peak (None when it does not): a fall too slow for :func:`falls`,
+    whose σ a steady trend inflates, such as a run that loses a quarter of its gain over most of its training. On the
+    evaluations after the window's best mean of 3 (at least :data:`DECLINE_POINTS` of them and a quarter of the
+    window), a least-squares line falls with a t statistic below −:data:`DECLINE_T` (strict: drift between
+    evaluations inflates t), the window's last quarter lies more than :data:`DECLINE_NOISE` σ below the peak, and
+    the line's fall gives back at least :data:`DECLINE_GIVEN_BACK` of the rise to the peak (a plateau that settles a
+    hundredth or two below its best is not a fall)."""
+    top, peak = best_of_3(y)
+    after = np.arange(top + 1, y.size)
+    if after.size < max(DECLINE_POINTS, y.size // 4):
+        return None
+    xa, ya = x[after], y[after]
+    sxx = float(np.sum((xa - xa.mean()) ** 2))
+    if sxx <= 0:
+        return None
+    slope, icept = np.polyfit(xa, ya, 1)
+    resid = ya - (icept + slope * xa)
+    se = float(np.sqrt(resid @ resid / (xa.size - 2) / sxx))
+    now = float(np.mean(last_quarter(y)))
+    rise = peak - float(np.min(y[: top + 3]))
+    sigma = step_noise(y)
+    drop = -slope * float(xa[-1] - xa[0])  # the line's, not the peak's: a noisy plateau's best mean of 3 sits high
+    if (se > 0 and slope / se < -DECLINE_T and peak - now > DECLINE_NOISE * sigma
+            and drop >= DECLINE_GIVEN_BACK * rise):
+        return f"the reward declines after its peak (from {peak:.3f} to {now:.3f} over the last quarter); Eq. 1 cannot fall"
+    return None
 
 
 def falls(y: Array) -> bool:
