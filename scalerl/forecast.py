@@ -48,7 +48,7 @@ def describe_A(A: float, lo: float | None, hi: float | None, identified: bool, p
         why = "too few evaluations past Cmid (or residuals) to pin it down"
     else:
         why = "the interval on A is open at the top"
-    bound = f"A ≥ {lo:.2f}, not" if lo is not None else "A not"
+    bound = f"A ≥ {lo:.2f}, not" if lo is not None else "A not bounded, not"
     return f"{bound} identified yet: {why}"
 
 
@@ -59,7 +59,8 @@ def describe_record(record: dict[str, Any]) -> str | None:
         return None
     past = record.get("compute/device_hours", 0.0) >= record.get("forecast/Cmid", float("inf"))
     reliable = record.get("forecast/reliable") != 0.0
-    text = describe_A(record["forecast/A"], record.get("forecast/A_lo"), record.get("forecast/A_hi"),
+    lo = None if record.get("forecast/A_lo_open") else record.get("forecast/A_lo")  # an open end bounds nothing
+    text = describe_A(record["forecast/A"], lo, record.get("forecast/A_hi"),
                       bool(record.get("forecast/identified")), past, reliable=reliable)
     err, ruler = record.get("forecast/trust_err"), record.get("forecast/carry_forward_err")
     if err is not None and ruler is not None:
@@ -84,9 +85,11 @@ def describe_trust(fit: dict[str, Any]) -> str:
 
 def describe_fit(fit: dict[str, Any]) -> str:
     """:func:`describe_A` for a fit in ``fit.json`` form."""
+    from scalerl.curves.fit import lower_end_given
+
     lo, hi = fit["A_ci"] or (None, None)
-    lo_open, hi_open = fit.get("A_ci_open") or (None, None)
-    return describe_A(fit["A"], None if lo_open and lo == 0.0 else lo, hi, bool(fit["identified"]),
+    _, hi_open = fit.get("A_ci_open") or (None, None)
+    return describe_A(fit["A"], lower_end_given(fit["A_ci"], fit.get("A_ci_open")), hi, bool(fit["identified"]),
                       fit["fit_window"][1] >= fit["Cmid"], top_open=hi_open, reliable=fit.get("reliable", True))
 
 
@@ -161,14 +164,15 @@ class Forecaster:
         return {
             "forecast/A": fit.A,
             "forecast/A_lo": lo,
+            "forecast/A_lo_open": float(bool(fit.A_ci_open[0])),  # 1: A_lo is the search's bound, no lower bound
             "forecast/A_hi": hi,
             "forecast/B": fit.B,
             "forecast/Cmid": fit.Cmid,
             "forecast/R0": fit.R0,
             "forecast/identified": float(fit.identified),
             "forecast/reliable": float(fit.reliable),
-            # with no track record (too few evaluations for the inner backtest) there is no verdict: 0 would read
-            # as "lost to the ruler"
+            # with no track record (too few evaluations for the inner backtest) there is no verdict, and 0 would
+            # read as "lost to the ruler": the key is left out, as trust_err is (forecast values are never null)
             **({"forecast/better_than_ruler": float(bool(trust.get("better_than_ruler")))}
                if trust.get("forecast_err") is not None else {}),
             **{f"forecast/{k}": trust[j] for k, j in (("trust_err", "forecast_err"), ("carry_forward_err",) * 2)

@@ -192,7 +192,7 @@ def test_describe_fit_gives_the_reason_A_is_not_identified():
     assert describe_fit({**base, "A_ci": [0.78, 1.0], "A_ci_open": [False, True]}).endswith("open at the top")
     assert describe_fit({**base, "Cmid": 20.0}).endswith("the run has not passed Cmid")
     unbounded = {**base, "A_ci": [None, None], "A_ci_open": [True, True]}
-    assert describe_fit(unbounded) == "A not identified yet: the interval on A is open at the top"  # not "A ≥ 0.00"
+    assert describe_fit(unbounded) == "A not bounded, not identified yet: the interval on A is open at the top"  # not "A ≥ 0.00"
 
 
 def test_a_metrics_line_gives_the_reason_and_no_verdict_without_a_track_record():

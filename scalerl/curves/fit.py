@@ -139,8 +139,25 @@ class FitResult:
         """:func:`format_A` of this fit; the power law's A with the note that it has no interval."""
         if self.model == "power" and not self.A_fixed:
             return f"{self.A:.3f} (no interval)"
-        below = self.A_ci[0] if self.A_ci and not (self.A_ci_open and self.A_ci_open[0]) else None
-        return format_A(self.A, below, self.identified)
+        return format_A(self.A, self.A_lower, self.identified)
+
+    @property
+    def support(self) -> tuple[float, float]:
+        """The rewards the window supports: its range, widened by the range on each side (a forecast outside it is
+        an extrapolation the data do not back, :func:`_check_support`)."""
+        yw = self.y[self.in_window]
+        return float(yw.min()) - float(np.ptp(yw)), float(yw.max()) + float(np.ptp(yw))
+
+    def supports(self, value: float) -> bool:
+        """Whether a forecast ``value`` lies within :attr:`support`."""
+        lo, hi = self.support
+        return lo <= value <= hi
+
+    @property
+    def A_lower(self) -> float | None:
+        """The lower end of A's interval the data give: None when there is no interval or it is open below (its
+        reported end is then the search's bound, e.g. R0, not a measurement)."""
+        return lower_end_given(self.A_ci, self.A_ci_open)
 
     @property
     def heldout_mask(self) -> Array:
@@ -166,7 +183,7 @@ class FitResult:
             "n_points": self.n_points,
             "fit_window": list(self.fit_window),
             "rmse": self.rmse,
-            "predictions": [{"x": c, "y": r, "lo_80": float(lo), "hi_80": float(hi)}
+            "predictions": [{"x": c, "y": r, "lo_80": float(lo), "hi_80": float(hi), "supported": self.supports(r)}
                             for (c, r), lo, hi in zip(self.predictions, *self.forecast_interval([c for c, _ in self.predictions]))],
             "heldout": self.heldout,
             "target": self.target,
@@ -386,7 +403,8 @@ def fit_curve(
         off_grid = _off_grid(p, q, method, grids, A_ci, A_open) if A is None else None
         if off_grid:
             identified = False
-            warnings.append(f"{source}: {off_grid}: A is not identified; use --method vp (or widen --a-grid/--cmid-grid)")
+            widen = " (or widen --a-grid/--cmid-grid)" if method in GRID_METHODS else ""
+            warnings.append(f"{source}: {off_grid}: A is not identified; use --method vp{widen}")
 
     if not bounded and looks_like_percent(ya):  # the bounds error's hint, for a user who passed --no-bounds instead
         warnings.append(f"{source}: rewards from {ya.min():g} to {ya.max():g} fitted as they are (bounds off); if they "
@@ -441,14 +459,18 @@ def _off_grid(p: vp.Problem, q: vp.Params, method: str, grids: Grids,
     searched over (the paper's literal A grid stops at 0.45, so a run whose ceiling is 0.30 came back as A = 0.450,
     marked identified), or A outside its own interval by more than the grid's step (the interval is the data's
     likelihood, whatever the method)."""
-    if method not in GRID_METHODS:
+    if method not in ("paper", "paper-data"):
         return None
     a_grid, cmid_grid = paper.data_grids(p) if method == "paper-data" else (
         paper.PAPER_A if grids[0] is None else np.asarray(grids[0], dtype=float),
         paper.PAPER_CMID if grids[1] is None else np.asarray(grids[1], dtype=float))
-    for name, value, grid in (("A", q.A, a_grid), ("Cmid", q.Cmid, cmid_grid)):
+    # an edge where the law itself stops is no edge: A = 1 (or A = R0) with bounds on is the data's optimum there
+    a_ends = (q.R0, 1.0) if p.bounded else ()
+    for name, value, grid, ends in (("A", q.A, a_grid, a_ends), ("Cmid", q.Cmid, cmid_grid, ())):
         lo, hi = float(np.min(grid)), float(np.max(grid))
-        if grid.size > 1 and (np.isclose(value, lo, rtol=1e-9, atol=0) or np.isclose(value, hi, rtol=1e-9, atol=0)):
+        edge = [e for e in (lo, hi) if np.isclose(value, e, rtol=1e-9, atol=0)
+                and not any(np.isclose(e, b, rtol=1e-9, atol=1e-12) for b in ends)]
+        if grid.size > 1 and edge:
             return (f"{name} = {value:.4g} is on the edge of the {method} method's {name} grid "
                     f"[{format_compute(lo) if name == 'Cmid' else f'{lo:.3g}'}, "
                     f"{format_compute(hi) if name == 'Cmid' else f'{hi:.3g}'}]: the data's optimum lies beyond it")
@@ -457,7 +479,7 @@ def _off_grid(p: vp.Problem, q: vp.Params, method: str, grids: Grids,
         below = A_ci[0] is not None and not A_open[0] and q.A < A_ci[0] - step
         above = A_ci[1] is not None and not A_open[1] and q.A > A_ci[1] + step
         if below or above:
-            return f"A = {q.A:.3f} lies outside its own interval [{A_ci[0]:.3f}, {A_ci[1]:.3f}]"
+            return f"A = {q.A:.3f} lies outside its own interval {format_interval(A_ci, A_open)}"
     return None
 
 
@@ -504,10 +526,10 @@ def _degenerate(r: FitResult, p: vp.Problem, now: trust.Level) -> list[str]:
     if r.model == "sigmoid" and top < now.level - 2 * sigma:
         why.append(f"A = {r.A:.3f} (interval top {top:.3f}) is below the run's current level ({now.level:.3f})")
     if not now.held and (decline := declines(p.x, p.y)):
-        why.append(decline)
+        why.append(f"{decline}; {r.law} cannot fall")
     if now.held:  # the level is held because the reward falls (:func:`falls`, in :func:`_attach_forecast`)
         peak = best_of_3(p.y)[1]
-        why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); Eq. 1 cannot fall")
+        why.append(f"the reward falls (from {peak:.3f} to {p.y[-1]:.3f}); {r.law} cannot fall")
     elif r.model == "sigmoid" and r.R0_fixed and r.A >= r.R0:
         # a run that falls from its first evaluation on (a validation set that declines while another domain
         # trains): falls() reads a steady fall's successive differences as noise, and the fit pins A at R0; but
@@ -544,7 +566,7 @@ def declines(x: Array, y: Array) -> str | None:
     drop = -slope * float(xa[-1] - xa[0])  # the line's, not the peak's: a noisy plateau's best mean of 3 sits high
     if (se > 0 and slope / se < -DECLINE_T and peak - now > DECLINE_NOISE * sigma
             and drop >= DECLINE_GIVEN_BACK * rise):
-        return f"the reward declines after its peak (from {peak:.3f} to {now:.3f} over the last quarter); Eq. 1 cannot fall"
+        return f"the reward declines after its peak (from {peak:.3f} to {now:.3f} over the last quarter)"
     return None
 
 
@@ -604,8 +626,7 @@ def _check_support(r: FitResult) -> None:
     unreliable. ``reliable`` is a property of the fit, the same whichever computes a caller asked to predict (the
     live forecast asks none, ``scalerl fit`` the last compute and twice it, the report twice and ten times it); a
     prediction asked for further out that leaves the support gets a warning of its own, naming it."""
-    yw = r.y[r.in_window]
-    lo, hi = float(yw.min()) - float(np.ptp(yw)), float(yw.max()) + float(np.ptp(yw))
+    lo, hi = r.support
     x0, x1 = (float(v) for v in r.fit_window)
     far = x1 + max(x1 - x0, abs(x1))
     support = f"outside anything the window supports ([{lo:.3f}, {hi:.3f}])"
@@ -620,7 +641,7 @@ def _check_support(r: FitResult) -> None:
         if r.trust is not None:
             r.trust["warnings"].append(note)
         return
-    beyond = [(c, v) for c, v in r.predictions if c > far and not lo <= v <= hi]
+    beyond = [(c, v) for c, v in r.predictions if c > far and not r.supports(v)]
     if beyond:
         c, v = beyond[0]
         r.warnings.append(f"{r.source}: the forecast {v:.3f} at {format_compute(c)}, beyond twice the fit window's end, "
@@ -675,6 +696,14 @@ def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, 
     """``[lo, hi]``, with ``open`` for an end the profile never reached (never the search's bound as a value)."""
     (lo, hi), (lo_open, hi_open) = ci, is_open
     return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
+
+
+def lower_end_given(A_ci: Sequence[float | None] | None, A_ci_open: Sequence[bool] | None) -> float | None:
+    """The lower end of an interval on A that the data give, or None (no interval, or one open below): what every
+    surface prints as "A ≥ lo" for an unidentified fit (``scalerl fit``, the live line, the report, the run card)."""
+    if not A_ci or A_ci[0] is None or (A_ci_open and A_ci_open[0]):
+        return None
+    return float(A_ci[0])
 
 
 def format_level(level: float) -> str:

@@ -29,7 +29,8 @@ FORMATS = ("png", "svg", "pdf")
 def _A_text(f: FitResult) -> str:
     """``=0.705`` when A is identified, else ``≥ 0.611`` (:meth:`FitResult.format_A`: an unidentified A is where
     the search stopped, never a value to print)."""
-    return ("=" if f.identified else "") + f.format_A()
+    text = f.format_A()
+    return ("=" if f.identified else "" if text.startswith("≥") else " ") + text  # "A not bounded", not "Anot …"
 
 
 def check_figure_path(path: str | Path) -> str:

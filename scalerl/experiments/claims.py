@@ -113,7 +113,7 @@ def forecast_check(run: RunAnalysis) -> Forecast:
     """The half-budget forecast of a run's final pass rate and whether the half's A interval covered the full
     run's A (the paper's extrapolation check, §4, §5), from the report's analysis of the run (no second fit)."""
     full, check = run.fit, run.heldout
-    lo = full.A_ci[0] if full.A_ci is not None else None
+    lo = full.A_lower  # None when its interval is open below
     if check is None:
         return Forecast(run.name, None, float(full.y[-1]), None, full.A, full.identified, lo, None, None, None,
                         run.heldout_note)

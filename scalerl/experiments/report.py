@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from scalerl.atomic import write_text
-from scalerl.curves.fit import format_A, format_level
-from scalerl.errors import UserError
+from scalerl.curves.fit import format_A, format_level, lower_end_given
+from scalerl.errors import UserError, printable
 from scalerl.experiments.analysis import FORECAST_FACTORS, A_interval, Analysis, RunAnalysis, analyse
 from scalerl.experiments.figures import (
     TRUNCATION_ALARM, breakdown_figure, diagnostics_figure, figure_data_uri, png_data_uri,
@@ -92,7 +92,7 @@ def _heldout_table(runs: list[RunAnalysis]) -> str:
             rows.append(([_esc(r.name), *["–"] * 8], ""))
             notes.append(f'<p class="note bad">{_esc(r.name)}: no held-out check, {_esc(r.heldout_note or "")}</p>')
             continue
-        half_A = format_A(h.A, h.A_ci[0] if h.A_ci else None, h.identified)
+        half_A = format_A(h.A, lower_end_given(h.A_ci, h.A_ci_open), h.identified)
         rows.append(([_esc(r.name), f"{h.fit_until:.3g}", str(h.n), half_A, r.fit.format_A(),
                       f"{h.mean_abs_err:.3f}", f"{h.max_abs_err:.3f}", f"{h.end_pred:.3f}", f"{h.end_true:.3f}"], ""))
     return _table(["run", "fitted on compute ≤", "held-out evaluations", "A (first half)", "A (all)",
@@ -135,6 +135,7 @@ def _forecast_table(runs: list[RunAnalysis]) -> str:
     for r in runs:
         lo, hi = r.fit.forecast_interval([p.compute for p in r.predictions], level=0.8)
         cells = [f"{p.reward:.3f} [{a:.3f}, {b:.3f}] <span class=meta>@ {p.compute:.3g}</span>"
+                 + ("" if r.fit.supports(p.reward) else ' <span class="bad">beyond what the data support</span>')
                  for p, a, b in zip(r.predictions, lo, hi)]
         trust = r.fit.trust or {}
         note = _esc(trust.get("summary", ""))
@@ -313,7 +314,7 @@ def _figures(a: Analysis) -> dict[str, str]:
 
 def warn_skipped(a: Analysis) -> None:
     for s in a.skipped:
-        print(f"warning: {s.dir} not reported: {s.reason}", file=sys.stderr)
+        print(printable(f"warning: {s.dir} not reported: {s.reason}"), file=sys.stderr)
 
 
 def write_report(
