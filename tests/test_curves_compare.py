@@ -61,11 +61,15 @@ def test_figures_are_written_atomically_and_reject_unknown_formats(tmp_path):
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["curves.png", "fig", "slopes.svg"]  # no temp files left
 
 
-def _steps(seed, R0, A, B, Cmid, sd=0.01):
-    s = np.arange(0, 1001, 20, dtype=float)
-    y = sigmoid(s, R0, A, B, Cmid) + np.random.default_rng(seed).normal(0, sd, s.size)
+def noisy_sigmoid(x, seed, R0, A, B, Cmid, sd):
+    """(x, Eq. 1 at x plus white noise of sd ``sd``), the reward at the first x (compute 0) exactly R0."""
+    y = sigmoid(x, R0, A, B, Cmid) + np.random.default_rng(seed).normal(0, sd, x.size)
     y[0] = R0
-    return s, y
+    return x, y
+
+
+def _steps(seed, R0, A, B, Cmid, sd=0.01):
+    return noisy_sigmoid(np.arange(0, 1001, 20, dtype=float), seed, R0, A, B, Cmid, sd)
 
 
 def test_runs_whose_data_bound_A_nowhere_are_not_ranked_by_name_or_by_a_fitted_A():

@@ -119,14 +119,10 @@ def test_power_law_overshoots_A_and_extrapolates_worse_than_the_sigmoid(capsys):
 
 
 def _gpuh_curve(seed, R0, A, B, Cmid, sd=0.005):
-    import numpy as np
+    """Eq. 1 with white noise every 160 GPU-hours to 16k (the paper's scale), R0 measured at compute 0."""
+    from tests.test_curves_compare import noisy_sigmoid
 
-    from scalerl.curves.sigmoid import sigmoid
-
-    x = np.arange(0, 16001, 160, dtype=float)
-    y = sigmoid(x, R0, A, B, Cmid) + np.random.default_rng(seed).normal(0, sd, x.size)
-    y[0] = R0
-    return x, y
+    return noisy_sigmoid(np.arange(0, 16001, 160, dtype=float), seed, R0, A, B, Cmid, sd)
 
 
 def test_a_grid_methods_optimum_on_the_edge_of_its_grid_is_not_identified():

@@ -307,7 +307,9 @@ def forecast_lines(f: "FitResult", name: str | None = None) -> str:
     lines = []
     if f.predictions:
         lo, hi = f.forecast_interval([c for c, _ in f.predictions], level=0.8)
-        preds = "; ".join(f"at {_c(c)}: {r:.3f} [{a:.3f}, {b:.3f}]" for (c, r), a, b in zip(f.predictions, lo, hi))
+        preds = "; ".join(f"at {_c(c)}: {r:.3f} [{a:.3f}, {b:.3f}]" + ("" if f.supports(r) else
+                                                                         " (beyond what the data support)")
+                          for (c, r), a, b in zip(f.predictions, lo, hi))
         if f.reliable:
             lines.append(f"{name} predicts {f.y_name} {preds} (80% band for one evaluation)")
         else:
