@@ -78,7 +78,9 @@ def describe_trust(fit: dict[str, Any]) -> str:
     not describe the run."""
     trust = fit.get("trust") or {}
     text = trust.get("summary", "no trust record")
-    law = "the power law" if fit.get("model") == "power" else "Eq. 1"
+    from scalerl.curves.fit import law_name
+
+    law = law_name(fit.get("model", "sigmoid"))
     return text if fit.get("reliable", True) else text + f"; {law} does not describe this run: " + "; ".join(
         trust.get("warnings") or ["see the warnings"])
 

@@ -131,8 +131,8 @@ class FitResult:
 
     @property
     def law(self) -> str:
-        """The law fitted, in words: "Eq. 1", or "the power law" (App. A.4) with ``model="power"``."""
-        return "the power law" if self.model == "power" else "Eq. 1"
+        """The law fitted, in words (:func:`law_name`)."""
+        return law_name(self.model)
 
     def format_A(self) -> str:
         """:func:`format_A` of this fit; the power law's A with the note that it has no interval."""
@@ -362,7 +362,7 @@ def fit_curve(
     mask = window_mask(xa, fit_from, fit_until)
     p = vp.Problem(xa[mask], ya[mask], R0=R0_val, A=A, bounded=bounded)
     _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, A), source, fit_from, fit_until,
-                  "Eq. 1" if model == "sigmoid" else "the power law")
+                  law_name(model))
     lo_x, hi_x = float(p.x.min()), float(p.x.max())
     grids: Grids = (a_grid, cmid_grid)
     D = None
@@ -485,7 +485,7 @@ def _off_grid(p: vp.Problem, q: vp.Params, method: str, grids: Grids,
 def _law(p: vp.Problem, method: str, model: str, grids: Grids, source: str) -> Callable[[Array], Array]:
     """The law fitted to ``p`` without interval or forecast (the inner backtest's refit on a prefix)."""
     _check_window(p if model == "sigmoid" else vp.Problem(p.x, p.y, 0.0, p.A), source, None, None,
-                  "Eq. 1" if model == "sigmoid" else "the power law")
+                  law_name(model))
     if model == "power":
         w = power.fit(p.x, p.y, A=p.A, bounded=p.bounded)
         return lambda c: power_law(c, w.A, w.D, w.B)
@@ -682,6 +682,11 @@ def format_interval(ci: tuple[float | None, float | None], is_open: tuple[bool, 
     """``[lo, hi]``, with ``open`` for an end the profile never reached (never the search's bound as a value)."""
     (lo, hi), (lo_open, hi_open) = ci, is_open
     return f"[{'open' if lo_open or lo is None else f'{lo:.3f}'}, {'open' if hi_open or hi is None else f'{hi:.3f}'}]"
+
+
+def law_name(model: str) -> str:
+    """The law a ``model`` fits, in words: "Eq. 1", or "the power law" (App. A.4) for ``"power"``."""
+    return "the power law" if model == "power" else "Eq. 1"
 
 
 def lower_end_given(A_ci: Sequence[float | None] | None, A_ci_open: Sequence[bool] | None) -> float | None:
