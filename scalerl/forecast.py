@@ -89,7 +89,7 @@ def describe_fit(fit: dict[str, Any]) -> str:
     """:func:`describe_A` for a fit in ``fit.json`` form."""
     from scalerl.curves.fit import lower_end_given
 
-    lo, hi = fit["A_ci"] or (None, None)
+    _, hi = fit["A_ci"] or (None, None)
     _, hi_open = fit.get("A_ci_open") or (None, None)
     return describe_A(fit["A"], lower_end_given(fit["A_ci"], fit.get("A_ci_open")), hi, bool(fit["identified"]),
                       fit["fit_window"][1] >= fit["Cmid"], top_open=hi_open, reliable=fit.get("reliable", True))

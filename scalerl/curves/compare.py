@@ -66,9 +66,8 @@ def lower_end(fit: FitResult) -> float:
     search's bound, e.g. R0 for a run that fell far below it, not a measurement)."""
     if fit.identified:
         return float(fit.A)
-    lo = fit.A_ci[0] if fit.A_ci is not None else None
-    open_below = bool(fit.A_ci_open[0]) if fit.A_ci_open is not None else False
-    return -np.inf if lo is None or not np.isfinite(lo) or open_below else float(lo)
+    lo = fit.A_lower  # FitResult: None without an interval or with one open below
+    return float(lo) if lo is not None and np.isfinite(lo) else -np.inf
 
 
 def _why_unbounded(fit: FitResult) -> str:
@@ -209,9 +208,11 @@ def compare_fits(fits: Sequence[FitResult], margin: float = DEFAULT_MARGIN) -> C
             groups.append([f])
     # unidentified runs by what their data show (the lower end of A), highest first; the ones their data bound nowhere
     # last, by name (their fitted A is no measurement to order them by)
-    unknown = sorted((f for f in fits if not f.identified),
-                     key=lambda f: (-lower_end(f), -_or_worst(f.A, -np.inf) if np.isfinite(lower_end(f)) else 0.0,
-                                    f.source))
+    def bound_first(f: FitResult) -> tuple[float, float, str]:
+        lo = lower_end(f)
+        return -lo, -_or_worst(f.A, -np.inf) if np.isfinite(lo) else 0.0, f.source
+
+    unknown = sorted((f for f in fits if not f.identified), key=bound_first)
     ranked: list[Ranked] = []
     group = 0  # group numbers in rank order: a tie shares one, every other run has its own
 
