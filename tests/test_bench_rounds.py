@@ -84,3 +84,24 @@ def test_run_in_tree_imports_scalerl_from_the_tree_even_when_run_from_a_checkout
     monkeypatch.chdir(_PATH.parent.parent)  # the repository root, which holds its own scalerl/
     where = rounds.run_in_tree(tmp_path, "import scalerl; print(scalerl.__file__)")
     assert Path(where) == (tmp_path / "scalerl" / "__init__.py").resolve()
+
+
+def test_step_time_passes_config_overrides_to_both_sides(monkeypatch):
+    """``bench/step_time.py --set`` (the issue's second model size) reaches each side's config."""
+    spec = importlib.util.spec_from_file_location("step_time", _PATH.parent / "step_time.py")
+    step_time = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(step_time)
+    seen = []
+    monkeypatch.setattr(step_time.rounds, "run_in_tree", lambda tree, code, threads: seen.append(code) or (
+        '{"generate": 1, "logprob_forward": 1, "backward": 1, "step": 3}'))
+    step_time.phases(Path("/x"), 3, 2, ["model.d_model=256", "model.n_layers=8"])
+    assert "bench_config(['model.d_model=256', 'model.n_layers=8'], 3, \"inline\", 2)" in seen[0]
+
+
+def test_attention_bench_refuses_bad_sizes(capsys):
+    spec = importlib.util.spec_from_file_location("attention", _PATH.parent / "attention.py")
+    attention = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(attention)
+    assert attention.main(["--context", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--context" in err

@@ -88,6 +88,25 @@ def test_reused_cache_buffers_give_what_a_fresh_engine_gives():
             assert torch.allclose(torch.tensor(s.logprobs), full_logprobs(eng.model, s), atol=1e-5)
 
 
+def test_decoding_reads_no_cache_slot_its_call_did_not_write(monkeypatch):
+    """The prefill copies only the prompts' slots into the buffers and a compaction only the slots written so
+    far; what else a buffer holds is never read: with every buffer filled with NaN (which any read, masked or
+    not, would carry into the logits), a call compacting at every step samples what a fresh engine samples."""
+    from scalerl.engines import builtin
+
+    monkeypatch.setattr(builtin.BuiltinEngine, "compact_at", 1.0)
+    length = Length(max_new_tokens=40, lo=3, hi=20, phrase=" " + INTERRUPTION_PHRASE, answer_budget=3)
+    eng = engine()
+    eng.generate(PROMPTS * 3, 6, Length(max_new_tokens=30), seed=9)
+    for buf in eng.arena._buffers:
+        buf.fill_(float("nan"))
+    poisoned = eng.generate(PROMPTS, 4, length, seed=5)
+    fresh = engine().generate(PROMPTS, 4, length, seed=5)
+    assert [s.tokens for g in poisoned for s in g] == [s.tokens for g in fresh for s in g]
+    assert [s.logprobs for g in poisoned for s in g] == [s.logprobs for g in fresh for s in g]
+    assert all(np.isfinite(s.logprobs).all() for g in poisoned for s in g)
+
+
 def test_cache_arena_grows_and_follows_the_dtype():
     from scalerl.engines.builtin import CacheArena
 

@@ -6,7 +6,7 @@ import torch
 from scalerl.config import ModelConfig
 from scalerl.errors import UserError
 from scalerl.models.registry import MODELS
-from scalerl.models.tiny import TinyConfig, TinyLM, build_tiny, to_hf_llama
+from scalerl.models.tiny import TinyConfig, TinyLM, attend, build_tiny, to_hf_llama
 
 MICRO = ModelConfig(d_model=32, n_layers=2, n_heads=2, max_seq_len=48)
 
@@ -24,6 +24,33 @@ def model() -> TinyLM:
 
 def ids(n: int, t: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(3, 100, (n, t), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("case", ["causal", "key_mask", "prefixed", "no_mask"])
+def test_attention_equals_pytorchs_sdpa_values_and_gradients(case):
+    """``attend`` (two matmuls around a softmax on a CPU) is PyTorch's scaled dot-product attention: the same
+    outputs and the same gradients to q, k and v, for each kind of mask the model passes (plain causal; a decode
+    step's key mask; the prefixed forward's prompt-plus-causal mask, broadcast over heads; none)."""
+    g = torch.Generator().manual_seed(7)
+    n, h, t, s, d = 3, 2, 5, 9, 8
+    t = s if case in ("causal", "no_mask") else (1 if case == "key_mask" else t)
+    q, k, v = (torch.randn(n, h, m, d, generator=g, dtype=torch.float64) for m in (t, s, s))
+    mask, causal = None, case == "causal"
+    if case == "key_mask":
+        mask = torch.rand(n, 1, 1, s, generator=g) < 0.6
+        mask[..., -1] = True  # the token itself
+    elif case == "prefixed":
+        prompt = torch.rand(n, 1, 1, s - t, generator=g) < 0.7
+        mask = torch.cat((prompt.expand(n, 1, t, s - t), torch.ones(t, t, dtype=torch.bool).tril().expand(n, 1, t, t)), -1)
+    grads = []
+    for fn in (attend, lambda *a, causal: torch.nn.functional.scaled_dot_product_attention(
+            *a[:3], attn_mask=a[3], is_causal=causal and a[3] is None)):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = fn(*leaves, mask, causal=causal)
+        (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).view_as(out)).sum().backward()
+        grads.append((out.detach(), *(x.grad for x in leaves)))
+    for ours, ref in zip(*grads):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
 
 
 @torch.no_grad()

@@ -37,16 +37,16 @@ class CacheArena:
     A cache of a few hundred sequences is ~100 MB: allocated fresh, it is above glibc's mmap threshold (32 MB at
     most), so every call and every compaction mapped new pages and faulted each one in, a large share of
     generation on a CPU. The cache of the sequences still decoding is in one buffer; a compaction copies the rows
-    it keeps into the other, and the two swap. Buffers start as zeros and only ever receive copies of cache
-    values, so the slots a sequence's key mask hides hold finite numbers, as a fresh ``torch.zeros`` cache did.
-    One ``generate`` at a time per engine, as the engine's weights already assume."""
+    it keeps into the other, and the two swap. Only written slots are copied (the prompts' at the prefill, those
+    decoded so far at a compaction): a decode step reads the slots up to its own, every one written in the same
+    ``generate`` call, so what the rest of a buffer holds from an earlier call is never read. One ``generate`` at a time per engine, as the engine's weights already assume."""
 
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor | None] = [None, None]
 
     def take(self, which: int, shape: list[int], like: torch.Tensor) -> torch.Tensor:
         """A contiguous tensor of ``shape`` in buffer ``which`` (0 or 1), with ``like``'s dtype and device; its
-        values are whatever the buffer holds (finite)."""
+        values are whatever the buffer holds: a decode step reads only the slots written in its own call."""
         numel = math.prod(shape)
         buf = self._buffers[which]
         if buf is None or buf.numel() < numel or buf.dtype != like.dtype or buf.device != like.device:
@@ -65,19 +65,24 @@ class _TinyKV:
     ) -> None:
         self.model, self.cache, self.key_mask, self.positions, self.p_max = model, cache, key_mask, positions, p_max
         self.arena, self.which = arena, which
+        self.filled = p_max  # cache slots written so far; a decode step reads no slot beyond them
 
     def keep(self, kept: torch.Tensor) -> None:
         self.positions, self.key_mask = self.positions[kept], self.key_mask[kept]
         self.which = 1 - self.which
         shape = list(self.cache.shape)
         shape[2] = kept.numel()
-        self.cache = torch.index_select(self.cache, 2, kept, out=self.arena.take(self.which, shape, self.cache))
+        rows = self.arena.take(self.which, shape, self.cache)
+        # only the written slots are copied: the rest of the buffer is never read before a decode step writes it
+        torch.index_select(self.cache[..., : self.filled, :], 2, kept, out=rows[..., : self.filled, :])
+        self.cache = rows
 
     def step(self, tokens: torch.Tensor, t: int) -> torch.Tensor:
         at = self.p_max + t
         self.key_mask[:, at] = True
         logits = self.model.decode_step(tokens, self.positions, self.cache, at, self.key_mask[:, : at + 1])
         self.positions = self.positions + 1
+        self.filled = at + 1
         return logits
 
 
@@ -106,10 +111,12 @@ class BuiltinEngine(DecodeEngine):
         p_max = ids.shape[1]
         key_mask = torch.cat([mask, mask.new_zeros(len(ids), max_new)], 1).repeat_interleave(n, 0)
         positions = mask.sum(-1).repeat_interleave(n, 0)  # rotary position of each sequence's next token
-        cache = self.model.new_cache(len(ids), p_max + max_new)
+        cache = self.model.new_cache(len(ids), p_max)  # the prompts' slots only: decoding runs on the copies
         logits = self.model.prefill(ids, mask, cache).repeat_interleave(n, 0)
         shape = list(cache.shape)
         shape[2] *= n
+        shape[4] = p_max + max_new
         copies = torch.arange(len(ids), device=cache.device).repeat_interleave(n)  # row i*n + j: prompt i
-        rows = torch.index_select(cache, 2, copies, out=self.arena.take(0, shape, cache))
+        rows = self.arena.take(0, shape, cache)
+        torch.index_select(cache, 2, copies, out=rows[..., :p_max, :])
         return logits, _TinyKV(self.model, rows, key_mask, positions, p_max, self.arena, 0)
