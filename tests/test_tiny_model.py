@@ -54,6 +54,18 @@ def test_attention_equals_pytorchs_sdpa_values_and_gradients(case):
 
 
 @torch.no_grad()
+def test_attention_in_half_precision_is_sdpas_own():
+    """In bfloat16 (bf16 autocast, engine.bf16_autocast) ``attend`` is PyTorch's kernel itself, which keeps the
+    scores in float32: two bf16 matmuls would round the scores before the softmax."""
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (3 * torch.randn(4, 2, 1 if i == 0 else 20, 8, generator=g) for i in range(3))
+    mask = torch.rand(4, 1, 1, 20, generator=g) < 0.8
+    mask[..., -1] = True
+    b = [x.bfloat16() for x in (q, k, v)]
+    assert torch.equal(attend(*b, mask), torch.nn.functional.scaled_dot_product_attention(*b, attn_mask=mask))
+
+
+@torch.no_grad()
 def test_causal(model):
     x = ids(2, 12)
     y = x.clone()
