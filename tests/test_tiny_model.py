@@ -28,9 +28,10 @@ def ids(n: int, t: int, seed: int = 0) -> torch.Tensor:
 
 @pytest.mark.parametrize("case", ["causal", "key_mask", "prefixed", "no_mask"])
 def test_attention_equals_pytorchs_sdpa_values_and_gradients(case):
-    """``attend`` (two matmuls around a softmax on a CPU) is PyTorch's scaled dot-product attention: the same
-    outputs and the same gradients to q, k and v, for each kind of mask the model passes (plain causal; a decode
-    step's key mask; the prefixed forward's prompt-plus-causal mask, broadcast over heads; none)."""
+    """``attend`` (two matmuls around a softmax on a CPU, given a mask) is PyTorch's scaled dot-product attention:
+    the same outputs and the same gradients to q, k and v, for each kind of attention the model asks for (plain
+    causal, PyTorch's own kernel; a decode step's key mask; the prefixed forward's prompt-plus-causal mask,
+    broadcast over heads; none)."""
     g = torch.Generator().manual_seed(7)
     n, h, t, s, d = 3, 2, 5, 9, 8
     t = s if case in ("causal", "no_mask") else (1 if case == "key_mask" else t)
