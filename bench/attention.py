@@ -27,7 +27,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/rounds.py
 import rounds  # noqa: E402
@@ -75,7 +75,8 @@ def cases(context: int) -> dict[str, Callable[[Callable, float], float]]:
 
     n, c, p = 32, 48, 24
     prompt = torch.rand(n, 1, 1, p, generator=g) < 0.8
-    train_mask = torch.cat((prompt.expand(n, 1, c, p), torch.ones(c, c, dtype=torch.bool).tril().expand(n, 1, c, c)), -1)
+    causal = torch.ones(c, c, dtype=torch.bool).tril()
+    train_mask = torch.cat((prompt.expand(n, 1, c, p), causal.expand(n, 1, c, c)), -1)
     tq, tk, tv = (torch.randn(n, HEADS, m, HEAD_DIM, generator=g, requires_grad=True) for m in (c, p + c, p + c))
     grad = torch.randn(n, HEADS, c, HEAD_DIM, generator=g)
 
@@ -106,13 +107,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --context must be at least 1 and --seconds positive", file=sys.stderr)
         return 2
     timed = cases(args.context)
-    side = lambda fn: lambda: {name: case(fn, args.seconds) * 1e6 for name, case in timed.items()}  # noqa: E731
+
+    def side(fn: Callable) -> Callable[[], dict[str, float]]:
+        return lambda: {name: case(fn, args.seconds) * 1e6 for name, case in timed.items()}
+
     results = rounds.interleave({"scalerl attend": side(attend), "torch SDPA": side(sdpa),
                                  "read": lambda: {"layers": read_layers(args.context, args.seconds) * 1e6}},
                                 rounds=args.rounds, threads=args.threads)
     keys = list(timed)
     rounds.report(results, f"microseconds per attention call ({ROWS} decode rows, context {args.context})",
-                  [("scalerl attend", "torch SDPA", k, None) for k in keys] + [("read", "scalerl attend", "layers", None)],
+                  [("scalerl attend", "torch SDPA", k, None) for k in keys]
+                  + [("read", "scalerl attend", "layers", None)],
                   lower_is_better=keys)
     rounds.console.print("read / scalerl attend (layers): attend's time per layer over the time to read the same keys "
                          "and values (1 = as fast as the memory delivers them)")

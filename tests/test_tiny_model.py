@@ -42,7 +42,8 @@ def test_attention_equals_pytorchs_sdpa_values_and_gradients(case):
         mask[..., -1] = True  # the token itself
     elif case == "prefixed":
         prompt = torch.rand(n, 1, 1, s - t, generator=g) < 0.7
-        mask = torch.cat((prompt.expand(n, 1, t, s - t), torch.ones(t, t, dtype=torch.bool).tril().expand(n, 1, t, t)), -1)
+        causal_part = torch.ones(t, t, dtype=torch.bool).tril().expand(n, 1, t, t)
+        mask = torch.cat((prompt.expand(n, 1, t, s - t), causal_part), -1)
     grads = []
     for fn in (attend, lambda *a, causal: torch.nn.functional.scaled_dot_product_attention(
             *a[:3], attn_mask=a[3], is_causal=causal and a[3] is None)):

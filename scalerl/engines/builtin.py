@@ -39,7 +39,8 @@ class CacheArena:
     generation on a CPU. The cache of the sequences still decoding is in one buffer; a compaction copies the rows
     it keeps into the other, and the two swap. Only written slots are copied (the prompts' at the prefill, those
     decoded so far at a compaction): a decode step reads the slots up to its own, every one written in the same
-    ``generate`` call, so what the rest of a buffer holds from an earlier call is never read. One ``generate`` at a time per engine, as the engine's weights already assume."""
+    ``generate`` call, so what the rest of a buffer holds from an earlier call is never read. One ``generate`` at
+    a time per engine, as the engine's weights already assume."""
 
     def __init__(self) -> None:
         self._buffers: list[torch.Tensor | None] = [None, None]

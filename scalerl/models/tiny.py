@@ -55,13 +55,15 @@ def _rope_tables(cfg: TinyConfig, device: torch.device) -> tuple[torch.Tensor, t
     return emb.cos().to(device), emb.sin().to(device)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool = False) -> torch.Tensor:
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool = False
+) -> torch.Tensor:
     """Softmax attention of queries q [N, H, T, d] over keys and values k, v [N, H, S, d]: ``mask`` broadcastable
     to [N, H, T, S] (True = attend; every query attends to at least one key) or None, then ``causal`` (T = S)
     for plain causal attention. The same function as ``F.scaled_dot_product_attention``, which computes it
     without a mask, off a CPU and in half precision (its kernels keep the scores in float32). With a mask, on a
     CPU in float32, it runs as two batched matmuls around a softmax: at this model's sizes PyTorch's CPU kernel
-    (flash attention, tiled for long sequences) takes 1.2-1.4x as long, a decode step's and a training forward's
+    (flash attention, tiled for long sequences) takes 1.2-1.3x as long, a decode step's and a training forward's
     alike (``bench/attention.py``); for plain causal attention (the warm-up's) neither is reliably faster."""
     if mask is None or q.device.type != "cpu" or q.dtype not in (torch.float32, torch.float64):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
