@@ -627,7 +627,7 @@ def _check_support(r: FitResult) -> None:
     rising before its midpoint legitimately forecasts past its range within a doubling of its compute)."""
     lo, hi = r.support
     x1 = float(r.fit_window[1])
-    beyond = [(c, v) for c, v in r.predictions if c > x1 and not r.supports(v)]
+    beyond = [(c, v) for c, v in r.predictions if c > x1 and not lo <= v <= hi]
     if beyond:
         c, v = beyond[0]
         r.warnings.append(f"{r.source}: the forecast {v:.3f} at {format_compute(c)} is outside anything the window "
